@@ -1,0 +1,224 @@
+//! The `shardgate:reconcile` component export: converts between the
+//! wit-bindgen types and [`crate::model`] and calls the pure logic.
+
+wit_bindgen::generate!({
+    path: "../wit",
+    world: "shardgate",
+});
+
+use crate::model as m;
+use exports::shardgate::reconcile::reconciler::Guest;
+use shardgate::reconcile::types as w;
+
+struct Component;
+
+export!(Component);
+
+impl Guest for Component {
+    fn reconcile(input: w::Input) -> Result<w::Desired, w::Error> {
+        let input = m::Input {
+            cluster: cluster(input.cluster),
+            observed: m::Observed {
+                services: input.observed.services.into_iter().map(observed_service).collect(),
+                pods: input.observed.pods.into_iter().map(observed_pod).collect(),
+            },
+            other_clusters: input.other_clusters,
+        };
+        crate::reconcile(&input).map(desired).map_err(|e| w::Error {
+            violations: e.violations.into_iter().map(violation).collect(),
+        })
+    }
+
+    fn validate(c: w::Cluster) -> Vec<w::Violation> {
+        crate::validate(&cluster(c)).into_iter().map(violation).collect()
+    }
+}
+
+// ---- into the model -------------------------------------------------------
+
+fn cluster(c: w::Cluster) -> m::Cluster {
+    m::Cluster {
+        name: c.name,
+        namespace: c.namespace,
+        shards: c.shards,
+        replicas: c.replicas,
+        image: c.image,
+        resources: c.resources.map(resources_in),
+        tls: c.tls,
+        external_access: c.external_access.map(|ea| m::ExternalAccess {
+            enabled: ea.enabled,
+            service_type: service_type_in(ea.service_type),
+            external_traffic_policy: match ea.external_traffic_policy {
+                w::TrafficPolicy::Cluster => m::TrafficPolicy::Cluster,
+                w::TrafficPolicy::Local => m::TrafficPolicy::Local,
+            },
+            service_annotations: ea.service_annotations,
+            hostname_prefix: ea.hostname_prefix,
+            domain: ea.domain,
+            preferred_endpoint_type: match ea.preferred_endpoint_type {
+                w::EndpointType::Ip => m::EndpointType::Ip,
+                w::EndpointType::Hostname => m::EndpointType::Hostname,
+            },
+        }),
+    }
+}
+
+fn resources_in(r: w::Resources) -> m::Resources {
+    m::Resources {
+        requests: r.requests,
+        limits: r.limits,
+    }
+}
+
+fn service_type_in(t: w::ServiceType) -> m::ServiceType {
+    match t {
+        w::ServiceType::NodePort => m::ServiceType::NodePort,
+        w::ServiceType::LoadBalancer => m::ServiceType::LoadBalancer,
+    }
+}
+
+fn ip_in(ip: w::IpAddress) -> m::IpAddress {
+    match ip {
+        w::IpAddress::V4(v) => m::IpAddress::V4(v),
+        w::IpAddress::V6(v) => m::IpAddress::V6(v),
+    }
+}
+
+fn observed_service(s: w::ObservedService) -> m::ObservedService {
+    m::ObservedService {
+        shard: s.shard,
+        ports: s
+            .ports
+            .into_iter()
+            .map(|p| m::ObservedPort {
+                node: p.node,
+                node_port: p.node_port,
+            })
+            .collect(),
+        ingress: s
+            .ingress
+            .into_iter()
+            .map(|i| match i {
+                w::Ingress::Ip(ip) => m::Ingress::Ip(ip_in(ip)),
+                w::Ingress::Hostname(h) => m::Ingress::Hostname(h),
+            })
+            .collect(),
+    }
+}
+
+fn observed_pod(p: w::ObservedPod) -> m::ObservedPod {
+    m::ObservedPod {
+        shard: p.shard,
+        node: p.node,
+        host_ip: p.host_ip.map(ip_in),
+        ready: p.ready,
+    }
+}
+
+// ---- out of the model -----------------------------------------------------
+
+fn violation(v: m::Violation) -> w::Violation {
+    w::Violation {
+        severity: match v.severity {
+            m::Severity::Error => w::Severity::Error,
+            m::Severity::Warning => w::Severity::Warning,
+        },
+        field: v.field,
+        message: v.message,
+    }
+}
+
+fn service_type_out(t: m::ServiceType) -> w::ServiceType {
+    match t {
+        m::ServiceType::NodePort => w::ServiceType::NodePort,
+        m::ServiceType::LoadBalancer => w::ServiceType::LoadBalancer,
+    }
+}
+
+fn desired(d: m::Desired) -> w::Desired {
+    w::Desired {
+        labels: d.labels,
+        service_annotations: d.service_annotations,
+        services: d
+            .services
+            .into_iter()
+            .map(|s| w::ShardService {
+                shard: s.shard,
+                name: s.name,
+                service_type: service_type_out(s.service_type),
+                external_traffic_policy: match s.external_traffic_policy {
+                    m::TrafficPolicy::Cluster => w::TrafficPolicy::Cluster,
+                    m::TrafficPolicy::Local => w::TrafficPolicy::Local,
+                },
+                ports: s
+                    .ports
+                    .into_iter()
+                    .map(|p| w::ServicePort {
+                        node: p.node,
+                        name: p.name,
+                        port: p.port,
+                        node_port: p.node_port,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        workload: w::Workload {
+            image: d.workload.image,
+            command: d.workload.command,
+            resources: d.workload.resources.map(|r| w::Resources {
+                requests: r.requests,
+                limits: r.limits,
+            }),
+            tls_secret: d.workload.tls_secret,
+        },
+        nodes: d
+            .nodes
+            .into_iter()
+            .map(|n| w::Node {
+                shard: n.shard,
+                node: n.node,
+                name: n.name,
+                node_name: n.node_name,
+                port_name: n.port_name,
+                config: n.config,
+                announce: n.announce,
+            })
+            .collect(),
+        status: w::Status {
+            external_endpoints: d.status.external_endpoints.map(|eps| {
+                eps.into_iter()
+                    .map(|e| w::ShardEndpoint {
+                        shard: e.shard,
+                        node_ports: e.node_ports,
+                        nodes: e
+                            .nodes
+                            .into_iter()
+                            .map(|n| w::NodeEndpoint {
+                                node: n.node,
+                                host: n.host,
+                                port: n.port,
+                                ready: n.ready,
+                            })
+                            .collect(),
+                    })
+                    .collect()
+            }),
+            conditions: d
+                .status
+                .conditions
+                .into_iter()
+                .map(|c| w::Condition {
+                    type_: c.type_,
+                    status: match c.status {
+                        m::ConditionStatus::True => w::ConditionStatus::True,
+                        m::ConditionStatus::False => w::ConditionStatus::False,
+                        m::ConditionStatus::Unknown => w::ConditionStatus::Unknown,
+                    },
+                    reason: c.reason,
+                    message: c.message,
+                })
+                .collect(),
+        },
+        warnings: d.warnings.into_iter().map(violation).collect(),
+    }
+}

@@ -1,0 +1,181 @@
+//! Where each node can be reached from outside Kubernetes, derived from the
+//! spec and the observed Services and Pods. Announce settings, the node config
+//! and the status all read these facts, so they can never disagree.
+
+use crate::model::{
+    EndpointType, ExternalAccess, Ingress, IpAddress, Observed, ObservedPod, ObservedService,
+    ServiceType,
+};
+use crate::names;
+
+/// Why a node has no usable external endpoint yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Pending {
+    /// The shard's LoadBalancer has no ingress address.
+    LoadBalancerIngress,
+    /// The shard Service's NodePort for this node is not allocated yet.
+    NodePort,
+    /// The node's pod is not scheduled, so its host IP is unknown.
+    HostIp,
+}
+
+/// One node's external endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct External {
+    /// `cluster-announce-hostname`.
+    pub hostname: Option<String>,
+    /// `cluster-announce-client-ipv4`/`-ipv6`.
+    pub client_ip: Option<IpAddress>,
+    /// The external port; 0 while unknown.
+    pub port: u32,
+    /// Announce `cluster-preferred-endpoint-type hostname`.
+    pub prefer_hostname: bool,
+    /// What is still missing; `None` when the endpoint is usable and announced.
+    pub pending: Option<Pending>,
+    /// The node's pod is ready.
+    pub pod_ready: bool,
+    /// `ip` mode was asked for, but the LoadBalancer ingress is hostname-only
+    /// (AWS), so a hostname is announced instead.
+    pub lb_hostname_fallback: bool,
+}
+
+impl External {
+    /// Usable: every fact a client needs is known and will be announced.
+    pub fn usable(&self) -> bool {
+        self.pending.is_none()
+    }
+
+    /// The address an outside client uses; empty while not usable.
+    pub fn host(&self) -> String {
+        if !self.usable() {
+            return String::new();
+        }
+        if self.prefer_hostname {
+            self.hostname.clone().unwrap_or_default()
+        } else {
+            self.client_ip.map(format_ip).unwrap_or_default()
+        }
+    }
+}
+
+/// Observed facts indexed by shard and node, so lookups are O(1).
+pub struct Index<'a> {
+    services: Vec<Option<&'a ObservedService>>,
+    pods: Vec<Option<&'a ObservedPod>>,
+    nodes: u32,
+}
+
+impl<'a> Index<'a> {
+    /// Facts for `shards` shards of `nodes` nodes each. Facts about shards or
+    /// nodes outside that range are ignored; the first fact about a shard or
+    /// node wins.
+    pub fn new(observed: &'a Observed, shards: u32, nodes: u32) -> Self {
+        let mut services = vec![None; shards as usize];
+        for svc in &observed.services {
+            if let Some(slot @ None) = services.get_mut(svc.shard as usize) {
+                *slot = Some(svc);
+            }
+        }
+        let mut pods = vec![None; shards as usize * nodes as usize];
+        for pod in &observed.pods {
+            if pod.shard < shards && pod.node < nodes {
+                let slot = &mut pods[(pod.shard * nodes + pod.node) as usize];
+                if slot.is_none() {
+                    *slot = Some(pod);
+                }
+            }
+        }
+        Index { services, pods, nodes }
+    }
+
+    pub fn service(&self, shard: u32) -> Option<&'a ObservedService> {
+        self.services.get(shard as usize).copied().flatten()
+    }
+
+    pub fn pod(&self, shard: u32, node: u32) -> Option<&'a ObservedPod> {
+        self.pods.get((shard * self.nodes + node) as usize).copied().flatten()
+    }
+
+    /// The NodePort allocated to `node`'s port on `shard`'s Service, or 0.
+    pub fn node_port(&self, shard: u32, node: u32) -> u32 {
+        self.service(shard)
+            .and_then(|s| s.ports.iter().find(|p| p.node == node))
+            .map_or(0, |p| p.node_port)
+    }
+}
+
+/// The external endpoint of node `node` of shard `shard`.
+pub fn external(ea: &ExternalAccess, index: &Index<'_>, shard: u32, node: u32) -> External {
+    let pod = index.pod(shard, node);
+    let pod_ready = pod.is_some_and(|p| p.ready);
+    let domain_host = ea
+        .domain
+        .as_deref()
+        .map(|d| names::announce_hostname(&ea.hostname_prefix, shard, d));
+    let wants_hostname = ea.preferred_endpoint_type == EndpointType::Hostname;
+
+    match ea.service_type {
+        ServiceType::NodePort => {
+            let port = index.node_port(shard, node);
+            let client_ip = pod.and_then(|p| p.host_ip);
+            let prefer_hostname = wants_hostname && domain_host.is_some();
+            let pending = if port == 0 {
+                Some(Pending::NodePort)
+            } else if !prefer_hostname && client_ip.is_none() {
+                Some(Pending::HostIp)
+            } else {
+                None
+            };
+            External {
+                hostname: domain_host,
+                client_ip,
+                port,
+                prefer_hostname,
+                pending,
+                pod_ready,
+                lb_hostname_fallback: false,
+            }
+        }
+        ServiceType::LoadBalancer => {
+            let ingress = index.service(shard).map_or(&[][..], |s| &s.ingress[..]);
+            let ingress_ip = ingress.iter().find_map(|i| match i {
+                Ingress::Ip(ip) => Some(*ip),
+                Ingress::Hostname(_) => None,
+            });
+            let ingress_host = ingress.iter().find_map(|i| match i {
+                Ingress::Hostname(h) => Some(h.clone()),
+                Ingress::Ip(_) => None,
+            });
+            // An ingress with a hostname but no IP (AWS) cannot serve `ip` mode:
+            // announce a hostname instead (the domain's, else the ingress's).
+            let lb_hostname_fallback =
+                !wants_hostname && ingress_ip.is_none() && ingress_host.is_some();
+            let hostname = domain_host.or_else(|| ingress_host.filter(|_| lb_hostname_fallback));
+            let prefer_hostname = (wants_hostname || lb_hostname_fallback) && hostname.is_some();
+            let pending = if ingress.is_empty() || (!prefer_hostname && ingress_ip.is_none()) {
+                Some(Pending::LoadBalancerIngress)
+            } else {
+                None
+            };
+            External {
+                hostname,
+                client_ip: ingress_ip,
+                port: names::CLIENT_PORT + node,
+                prefer_hostname,
+                pending,
+                pod_ready,
+                lb_hostname_fallback,
+            }
+        }
+    }
+}
+
+/// Dotted-quad or RFC 5952 text for an address.
+pub fn format_ip(ip: IpAddress) -> String {
+    match ip {
+        IpAddress::V4(v) => std::net::Ipv4Addr::from(v).to_string(),
+        IpAddress::V6((hi, lo)) => {
+            std::net::Ipv6Addr::from(((hi as u128) << 64) | lo as u128).to_string()
+        }
+    }
+}

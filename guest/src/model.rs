@@ -1,0 +1,352 @@
+//! The types of `wit/reconcile.wit`, as plain Rust.
+//!
+//! These are the types the native host passes to and receives from the wasm
+//! component (with the `wasmtime` feature they derive wasmtime's lifting and
+//! lowering), and the types the native build of the guest works on. One set of
+//! types for both paths is what makes the differential test exact.
+//!
+//! Every item here mirrors the WIT item of the same (kebab-case) name; field
+//! order matters to the canonical ABI and must match the WIT.
+
+#[cfg(feature = "wasmtime")]
+use wasmtime::component::{ComponentType, Lift, Lower};
+
+/// `(key, value)`.
+pub type Pair = (String, String);
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(enum))]
+#[repr(u8)]
+pub enum ServiceType {
+    #[default]
+    #[cfg_attr(feature = "wasmtime", component(name = "node-port"))]
+    NodePort,
+    #[cfg_attr(feature = "wasmtime", component(name = "load-balancer"))]
+    LoadBalancer,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(enum))]
+#[repr(u8)]
+pub enum TrafficPolicy {
+    #[default]
+    #[cfg_attr(feature = "wasmtime", component(name = "cluster"))]
+    Cluster,
+    #[cfg_attr(feature = "wasmtime", component(name = "local"))]
+    Local,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(enum))]
+#[repr(u8)]
+pub enum EndpointType {
+    #[default]
+    #[cfg_attr(feature = "wasmtime", component(name = "ip"))]
+    Ip,
+    #[cfg_attr(feature = "wasmtime", component(name = "hostname"))]
+    Hostname,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(variant))]
+pub enum IpAddress {
+    #[cfg_attr(feature = "wasmtime", component(name = "v4"))]
+    V4(u32),
+    #[cfg_attr(feature = "wasmtime", component(name = "v6"))]
+    V6((u64, u64)),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct Resources {
+    pub requests: Vec<Pair>,
+    pub limits: Vec<Pair>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct ExternalAccess {
+    pub enabled: bool,
+    #[cfg_attr(feature = "wasmtime", component(name = "service-type"))]
+    pub service_type: ServiceType,
+    #[cfg_attr(feature = "wasmtime", component(name = "external-traffic-policy"))]
+    pub external_traffic_policy: TrafficPolicy,
+    #[cfg_attr(feature = "wasmtime", component(name = "service-annotations"))]
+    pub service_annotations: Vec<Pair>,
+    #[cfg_attr(feature = "wasmtime", component(name = "hostname-prefix"))]
+    pub hostname_prefix: String,
+    pub domain: Option<String>,
+    #[cfg_attr(feature = "wasmtime", component(name = "preferred-endpoint-type"))]
+    pub preferred_endpoint_type: EndpointType,
+}
+
+impl Default for ExternalAccess {
+    /// The CRD defaults, with `enabled: true`.
+    fn default() -> Self {
+        ExternalAccess {
+            enabled: true,
+            service_type: ServiceType::NodePort,
+            external_traffic_policy: TrafficPolicy::Cluster,
+            service_annotations: Vec::new(),
+            hostname_prefix: crate::names::DEFAULT_HOSTNAME_PREFIX.to_string(),
+            domain: None,
+            preferred_endpoint_type: EndpointType::Ip,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct Cluster {
+    pub name: String,
+    pub namespace: String,
+    pub shards: i32,
+    pub replicas: i32,
+    pub image: Option<String>,
+    pub resources: Option<Resources>,
+    pub tls: Option<String>,
+    #[cfg_attr(feature = "wasmtime", component(name = "external-access"))]
+    pub external_access: Option<ExternalAccess>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(variant))]
+pub enum Ingress {
+    #[cfg_attr(feature = "wasmtime", component(name = "ip"))]
+    Ip(IpAddress),
+    #[cfg_attr(feature = "wasmtime", component(name = "hostname"))]
+    Hostname(String),
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct ObservedPort {
+    pub node: u32,
+    #[cfg_attr(feature = "wasmtime", component(name = "node-port"))]
+    pub node_port: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct ObservedService {
+    pub shard: u32,
+    pub ports: Vec<ObservedPort>,
+    pub ingress: Vec<Ingress>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct ObservedPod {
+    pub shard: u32,
+    pub node: u32,
+    #[cfg_attr(feature = "wasmtime", component(name = "host-ip"))]
+    pub host_ip: Option<IpAddress>,
+    pub ready: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct Observed {
+    pub services: Vec<ObservedService>,
+    pub pods: Vec<ObservedPod>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct Input {
+    pub cluster: Cluster,
+    pub observed: Observed,
+    #[cfg_attr(feature = "wasmtime", component(name = "other-clusters"))]
+    pub other_clusters: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(enum))]
+#[repr(u8)]
+pub enum Severity {
+    #[cfg_attr(feature = "wasmtime", component(name = "error"))]
+    Error,
+    #[cfg_attr(feature = "wasmtime", component(name = "warning"))]
+    Warning,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct Violation {
+    pub severity: Severity,
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let level = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{level}: {}: {}", self.field, self.message)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct Error {
+    pub violations: Vec<Violation>,
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, v) in self.violations.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{v}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct ServicePort {
+    pub node: u32,
+    pub name: String,
+    pub port: u32,
+    #[cfg_attr(feature = "wasmtime", component(name = "node-port"))]
+    pub node_port: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct ShardService {
+    pub shard: u32,
+    pub name: String,
+    #[cfg_attr(feature = "wasmtime", component(name = "service-type"))]
+    pub service_type: ServiceType,
+    #[cfg_attr(feature = "wasmtime", component(name = "external-traffic-policy"))]
+    pub external_traffic_policy: TrafficPolicy,
+    pub ports: Vec<ServicePort>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct Workload {
+    pub image: String,
+    pub command: Vec<String>,
+    pub resources: Option<Resources>,
+    #[cfg_attr(feature = "wasmtime", component(name = "tls-secret"))]
+    pub tls_secret: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct Node {
+    pub shard: u32,
+    pub node: u32,
+    pub name: String,
+    #[cfg_attr(feature = "wasmtime", component(name = "node-name"))]
+    pub node_name: String,
+    #[cfg_attr(feature = "wasmtime", component(name = "port-name"))]
+    pub port_name: String,
+    pub config: String,
+    pub announce: Vec<Pair>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct NodeEndpoint {
+    pub node: u32,
+    pub host: String,
+    pub port: u32,
+    pub ready: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct ShardEndpoint {
+    pub shard: u32,
+    #[cfg_attr(feature = "wasmtime", component(name = "node-ports"))]
+    pub node_ports: Vec<u32>,
+    pub nodes: Vec<NodeEndpoint>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(enum))]
+#[repr(u8)]
+pub enum ConditionStatus {
+    #[cfg_attr(feature = "wasmtime", component(name = "true"))]
+    True,
+    #[cfg_attr(feature = "wasmtime", component(name = "false"))]
+    False,
+    #[cfg_attr(feature = "wasmtime", component(name = "unknown"))]
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct Condition {
+    #[cfg_attr(feature = "wasmtime", component(name = "type"))]
+    pub type_: String,
+    pub status: ConditionStatus,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct Status {
+    #[cfg_attr(feature = "wasmtime", component(name = "external-endpoints"))]
+    pub external_endpoints: Option<Vec<ShardEndpoint>>,
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+pub struct Desired {
+    pub labels: Vec<Pair>,
+    #[cfg_attr(feature = "wasmtime", component(name = "service-annotations"))]
+    pub service_annotations: Vec<Pair>,
+    pub services: Vec<ShardService>,
+    pub workload: Workload,
+    pub nodes: Vec<Node>,
+    pub status: Status,
+    pub warnings: Vec<Violation>,
+}

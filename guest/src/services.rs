@@ -1,0 +1,34 @@
+//! The per-shard Services.
+
+use crate::endpoints::Index;
+use crate::model::{ExternalAccess, ServicePort, ShardService};
+use crate::names;
+
+/// One Service per shard with one port per node, in node order. Port `i` is
+/// named `vk-n<i>`, listens on `6379 + i` and targets the container port of
+/// the same name, which only node `i`'s pod declares. An allocated NodePort is
+/// kept, matched by port name.
+pub fn shard_services(
+    cluster: &str,
+    ea: &ExternalAccess,
+    index: &Index<'_>,
+    shards: u32,
+    nodes: u32,
+) -> Vec<ShardService> {
+    (0..shards)
+        .map(|shard| ShardService {
+            shard,
+            name: names::shard_service(cluster, shard),
+            service_type: ea.service_type,
+            external_traffic_policy: ea.external_traffic_policy,
+            ports: (0..nodes)
+                .map(|node| ServicePort {
+                    node,
+                    name: names::port_name(node),
+                    port: names::CLIENT_PORT + node,
+                    node_port: index.node_port(shard, node),
+                })
+                .collect(),
+        })
+        .collect()
+}

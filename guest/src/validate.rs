@@ -1,0 +1,316 @@
+//! Validation of a cluster spec. Every violation names the field it concerns.
+
+use crate::model::{Cluster, EndpointType, ServiceType, Severity, TrafficPolicy, Violation};
+use crate::names;
+
+/// Most shards a cluster may have (Valkey advises against more than about a
+/// thousand nodes per cluster).
+pub const MAX_SHARDS: i32 = 1000;
+/// Most replicas per shard.
+pub const MAX_REPLICAS: i32 = 15;
+/// Ports in Kubernetes' default NodePort range (30000-32767).
+pub const DEFAULT_NODE_PORT_RANGE: u64 = 2768;
+/// The API server's limit on the total size of an object's annotations.
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// Every error and warning for `cluster`, in a fixed order.
+/// `other_clusters` are the other ValkeyClusters of the namespace.
+pub fn validate(cluster: &Cluster, other_clusters: &[String]) -> Vec<Violation> {
+    let mut out = Findings::default();
+    check_name(cluster, &mut out);
+    check_size(cluster, &mut out);
+    check_workload(cluster, &mut out);
+    check_external_access(cluster, &mut out);
+    if out.errors == 0 {
+        check_collisions(cluster, other_clusters, &mut out);
+    }
+    out.list
+}
+
+/// True if any violation is an error.
+pub fn has_errors(violations: &[Violation]) -> bool {
+    violations.iter().any(|v| v.severity == Severity::Error)
+}
+
+#[derive(Default)]
+struct Findings {
+    list: Vec<Violation>,
+    errors: usize,
+}
+
+impl Findings {
+    fn error(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.errors += 1;
+        self.list.push(Violation {
+            severity: Severity::Error,
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
+    fn warning(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.list.push(Violation {
+            severity: Severity::Warning,
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+}
+
+/// Nodes per shard, once `replicas` is known to be valid.
+fn nodes_per_shard(cluster: &Cluster) -> u32 {
+    cluster.replicas.clamp(0, MAX_REPLICAS) as u32 + 1
+}
+
+fn check_name(cluster: &Cluster, out: &mut Findings) {
+    let name = &cluster.name;
+    if !names::is_dns_label(name) {
+        out.error(
+            "metadata.name",
+            format!(
+                "{name:?} must be a DNS label (lowercase letters, digits and '-', starting and \
+                 ending with a letter or digit) because it is part of Service names"
+            ),
+        );
+        return;
+    }
+    if !(1..=MAX_SHARDS).contains(&cluster.shards) || !(0..=MAX_REPLICAS).contains(&cluster.replicas) {
+        return; // lengths depend on valid counts; those errors are reported below
+    }
+    let last_shard = cluster.shards as u32 - 1;
+    let last_node = nodes_per_shard(cluster) - 1;
+    let service = names::shard_service(name, last_shard);
+    if service.len() > names::MAX_LABEL {
+        out.error(
+            "metadata.name",
+            format!(
+                "is too long: the shard Service name {service:?} has {} characters, more than \
+                 the {} allowed",
+                service.len(),
+                names::MAX_LABEL
+            ),
+        );
+    }
+    let node = names::node_object(name, last_shard, last_node);
+    if node.len() > names::MAX_STATEFULSET_NAME {
+        out.error(
+            "metadata.name",
+            format!(
+                "is too long: the node StatefulSet name {node:?} has {} characters, more than \
+                 the {} allowed (its pods' controller-revision-hash label must fit 63)",
+                node.len(),
+                names::MAX_STATEFULSET_NAME
+            ),
+        );
+    }
+}
+
+fn check_size(cluster: &Cluster, out: &mut Findings) {
+    if cluster.shards < 1 {
+        out.error("spec.shards", format!("must be at least 1, got {}", cluster.shards));
+    } else if cluster.shards > MAX_SHARDS {
+        out.error("spec.shards", format!("must be at most {MAX_SHARDS}, got {}", cluster.shards));
+    }
+    if cluster.replicas < 0 {
+        out.error("spec.replicas", format!("must not be negative, got {}", cluster.replicas));
+    } else if cluster.replicas > MAX_REPLICAS {
+        out.error(
+            "spec.replicas",
+            format!("must be at most {MAX_REPLICAS} per shard, got {}", cluster.replicas),
+        );
+    }
+}
+
+fn check_workload(cluster: &Cluster, out: &mut Findings) {
+    if let Some(image) = &cluster.image
+        && (image.is_empty() || image.chars().any(char::is_whitespace))
+    {
+        out.error("spec.image", format!("{image:?} is not a container image reference"));
+    }
+    if let Some(secret) = &cluster.tls
+        && !names::is_dns_subdomain(secret)
+    {
+        out.error("spec.tls", format!("{secret:?} is not a valid Secret name"));
+    }
+    if let Some(resources) = &cluster.resources {
+        for (section, list) in [("requests", &resources.requests), ("limits", &resources.limits)] {
+            for (key, value) in list {
+                let field = format!("spec.resources.{section}.{key}");
+                if !names::is_qualified_name(key) {
+                    out.error(&field, format!("{key:?} is not a valid resource name"));
+                }
+                if !is_quantity(value) {
+                    out.error(field, format!("{value:?} is not a quantity (e.g. 500m, 1Gi)"));
+                }
+            }
+        }
+    }
+}
+
+fn check_external_access(cluster: &Cluster, out: &mut Findings) {
+    let Some(ea) = &cluster.external_access else {
+        return;
+    };
+    const EA: &str = "spec.externalAccess";
+    let mut domain_ok = true;
+    if let Some(domain) = &ea.domain
+        && !names::is_dns_subdomain(domain)
+    {
+        domain_ok = false;
+        out.error(
+            format!("{EA}.domain"),
+            format!("{domain:?} is not a valid DNS name (lowercase labels separated by dots)"),
+        );
+    }
+    let mut prefix_ok = true;
+    if !names::is_dns_label(&ea.hostname_prefix) {
+        prefix_ok = false;
+        out.error(
+            format!("{EA}.hostnamePrefix"),
+            format!("{:?} is not a DNS label", ea.hostname_prefix),
+        );
+    }
+    if (1..=MAX_SHARDS).contains(&cluster.shards) && prefix_ok {
+        let last = cluster.shards as u32 - 1;
+        let label = ea.hostname_prefix.len() + 1 + names::digits(last);
+        if label > names::MAX_LABEL {
+            out.error(
+                format!("{EA}.hostnamePrefix"),
+                format!(
+                    "is too long: the hostname label \"{}-{last}\" has {label} characters, more \
+                     than {}",
+                    ea.hostname_prefix,
+                    names::MAX_LABEL
+                ),
+            );
+        } else if let Some(domain) = ea.domain.as_deref().filter(|_| domain_ok) {
+            let host = names::announce_hostname(&ea.hostname_prefix, last, domain);
+            if host.len() > names::MAX_DNS_NAME {
+                out.error(
+                    format!("{EA}.domain"),
+                    format!(
+                        "is too long: the hostname {host:?} has {} characters, more than {}",
+                        host.len(),
+                        names::MAX_DNS_NAME
+                    ),
+                );
+            }
+        }
+    }
+    let mut annotation_bytes = 0;
+    for (key, value) in &ea.service_annotations {
+        annotation_bytes += key.len() + value.len();
+        if !names::is_qualified_name(key) {
+            out.error(
+                format!("{EA}.serviceAnnotations[{key:?}]"),
+                "is not a valid annotation key (an optional DNS prefix and '/', then up to 63 \
+                 characters of [A-Za-z0-9._-])",
+            );
+        }
+    }
+    if annotation_bytes > MAX_ANNOTATIONS_BYTES {
+        out.error(
+            format!("{EA}.serviceAnnotations"),
+            format!("total size {annotation_bytes} bytes exceeds {MAX_ANNOTATIONS_BYTES}"),
+        );
+    }
+    if !ea.enabled {
+        return;
+    }
+    if ea.preferred_endpoint_type == EndpointType::Hostname && ea.domain.is_none() {
+        out.error(
+            format!("{EA}.domain"),
+            "is required when preferredEndpointType is hostname",
+        );
+    }
+    if ea.external_traffic_policy == TrafficPolicy::Local {
+        out.warning(
+            format!("{EA}.externalTrafficPolicy"),
+            "Local sends a port's traffic only to a pod on the receiving Kubernetes node; each \
+             port has exactly one pod, so traffic to every other node is dropped. Use Local only \
+             if clients always reach the node that runs the pod",
+        );
+    }
+    if ea.service_type == ServiceType::NodePort && (1..=MAX_SHARDS).contains(&cluster.shards) {
+        let ports = cluster.shards as u64 * nodes_per_shard(cluster) as u64;
+        if ports > DEFAULT_NODE_PORT_RANGE / 2 {
+            out.warning(
+                format!("{EA}.serviceType"),
+                format!(
+                    "NodePort needs {ports} NodePorts; the default range has \
+                     {DEFAULT_NODE_PORT_RANGE} for the whole Kubernetes cluster"
+                ),
+            );
+        }
+    }
+}
+
+/// Reports an error if any object name of `cluster` is also generated by one
+/// of `others`. Only names with a shared prefix can collide, so only those
+/// clusters' names are generated.
+fn check_collisions(cluster: &Cluster, others: &[String], out: &mut Findings) {
+    let name = cluster.name.as_str();
+    for other in others {
+        if other == name {
+            continue; // the same object
+        }
+        let related = other
+            .strip_prefix(name)
+            .or_else(|| name.strip_prefix(other.as_str()))
+            .is_some_and(|rest| rest.starts_with('-'));
+        if !related {
+            continue;
+        }
+        let mine = crate::generated_names(cluster);
+        let theirs_cluster = Cluster {
+            name: other.clone(),
+            ..cluster.clone()
+        };
+        let theirs = crate::generated_names(&theirs_cluster);
+        if let Some(shared) = mine.iter().find(|n| theirs.contains(*n)) {
+            out.error(
+                "metadata.name",
+                format!("generates {shared:?}, which cluster {other:?} also generates"),
+            );
+        }
+    }
+}
+
+/// A Kubernetes resource quantity: a signed decimal number with an optional
+/// binary (Ki..Ei), decimal (n, u, m, k, M..E) or exponent suffix.
+pub fn is_quantity(s: &str) -> bool {
+    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let digits_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(digits_end);
+    let dots = number.matches('.').count();
+    let has_digit = number.bytes().any(|b| b.is_ascii_digit());
+    if !has_digit || dots > 1 {
+        return false;
+    }
+    match suffix {
+        "" | "n" | "u" | "m" | "k" | "M" | "G" | "T" | "P" | "E" => true,
+        "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => true,
+        exp => {
+            let rest = exp.strip_prefix(['e', 'E']);
+            rest.map(|r| r.strip_prefix(['+', '-']).unwrap_or(r))
+                .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_quantity;
+
+    #[test]
+    fn quantities() {
+        for ok in ["1", "500m", "1.5Gi", "2e3", "+1k", ".5", "128Mi", "1E-3"] {
+            assert!(is_quantity(ok), "{ok}");
+        }
+        for bad in ["", "Gi", "1..2", "1GB", "1e", "abc", "1 Gi"] {
+            assert!(!is_quantity(bad), "{bad}");
+        }
+    }
+}

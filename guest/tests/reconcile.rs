@@ -1,0 +1,459 @@
+//! Table tests of the reconcile logic, run natively.
+
+use shardgate_guest::model::*;
+use shardgate_guest::{reconcile, validate};
+
+fn cluster(shards: i32, replicas: i32, ea: Option<ExternalAccess>) -> Cluster {
+    Cluster {
+        name: "demo".into(),
+        namespace: "default".into(),
+        shards,
+        replicas,
+        external_access: ea,
+        ..Cluster::default()
+    }
+}
+
+fn hostname_ea() -> ExternalAccess {
+    ExternalAccess {
+        domain: Some("valkey.example.com".into()),
+        preferred_endpoint_type: EndpointType::Hostname,
+        ..ExternalAccess::default()
+    }
+}
+
+fn lb_ea() -> ExternalAccess {
+    ExternalAccess {
+        service_type: ServiceType::LoadBalancer,
+        ..ExternalAccess::default()
+    }
+}
+
+fn input(c: Cluster, observed: Observed) -> Input {
+    Input {
+        cluster: c,
+        observed,
+        other_clusters: vec![],
+    }
+}
+
+fn run(c: Cluster, observed: Observed) -> Desired {
+    reconcile(&input(c, observed)).expect("valid input")
+}
+
+fn errors(c: Cluster) -> Vec<(String, String)> {
+    match reconcile(&input(c, Observed::default())) {
+        Ok(_) => vec![],
+        Err(e) => e.violations.into_iter().map(|v| (v.field, v.message)).collect(),
+    }
+}
+
+fn announce<'a>(d: &'a Desired, shard: u32, node: u32, key: &str) -> &'a str {
+    let n = d.nodes.iter().find(|n| n.shard == shard && n.node == node).unwrap();
+    &n.announce.iter().find(|(k, _)| k == key).unwrap().1
+}
+
+fn ports(shard: u32, node_ports: &[(u32, u32)]) -> ObservedService {
+    ObservedService {
+        shard,
+        ports: node_ports
+            .iter()
+            .map(|&(node, node_port)| ObservedPort { node, node_port })
+            .collect(),
+        ingress: vec![],
+    }
+}
+
+fn pod(shard: u32, node: u32, host: Option<u32>) -> ObservedPod {
+    ObservedPod {
+        shard,
+        node,
+        host_ip: host.map(IpAddress::V4),
+        ready: true,
+    }
+}
+
+const HOST: u32 = 0x0a00_0005; // 10.0.0.5
+
+#[test]
+fn sample_hostname_cluster_without_observed_state() {
+    let d = run(cluster(3, 1, Some(hostname_ea())), Observed::default());
+    let names: Vec<_> = d.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["valkey-demo-shard-0", "valkey-demo-shard-1", "valkey-demo-shard-2"]);
+    for s in &d.services {
+        assert_eq!(s.service_type, ServiceType::NodePort);
+        assert_eq!(s.external_traffic_policy, TrafficPolicy::Cluster);
+        let p: Vec<_> = s.ports.iter().map(|p| (p.name.as_str(), p.port, p.node_port)).collect();
+        assert_eq!(p, [("vk-n0", 6379, 0), ("vk-n1", 6380, 0)]);
+    }
+    assert_eq!(d.nodes.len(), 6);
+    let n = &d.nodes[3];
+    assert_eq!((n.shard, n.node), (1, 1));
+    assert_eq!(n.name, "valkey-demo-1-1");
+    assert_eq!(n.node_name, "demo-1-1");
+    assert_eq!(n.port_name, "vk-n1");
+    // No NodePort yet: only the human name is announced, no endpoint.
+    assert_eq!(announce(&d, 1, 1, "cluster-announce-human-nodename"), "demo-1-1");
+    assert_eq!(announce(&d, 1, 1, "cluster-announce-client-port"), "0");
+    assert_eq!(announce(&d, 1, 1, "cluster-announce-hostname"), "");
+    let eps = d.status.external_endpoints.as_ref().unwrap();
+    assert_eq!(eps.len(), 3);
+    assert_eq!(eps[2].shard, 2);
+    assert_eq!(eps[2].node_ports, [0, 0]);
+    assert!(eps[2].nodes.iter().all(|n| !n.ready && n.host.is_empty()));
+    assert_eq!(d.status.conditions[0].type_, "ExternalAccessReady");
+    assert_eq!(d.status.conditions[0].status, ConditionStatus::False);
+    assert_eq!(d.status.conditions[0].reason, "AwaitingNodePorts");
+}
+
+#[test]
+fn allocated_node_ports_are_kept_and_announced() {
+    let observed = Observed {
+        services: (0..3).map(|s| ports(s, &[(0, 31000 + 10 * s), (1, 31001 + 10 * s)])).collect(),
+        pods: (0..3).flat_map(|s| (0..2).map(move |n| pod(s, n, None))).collect(),
+    };
+    let d = run(cluster(3, 1, Some(hostname_ea())), observed);
+    assert_eq!(d.services[2].ports[1].node_port, 31021);
+    assert_eq!(announce(&d, 2, 1, "cluster-announce-client-port"), "31021");
+    assert_eq!(announce(&d, 2, 1, "cluster-announce-hostname"), "shard-2.valkey.example.com");
+    assert_eq!(announce(&d, 2, 1, "cluster-preferred-endpoint-type"), "hostname");
+    let node = &d.nodes[5];
+    assert!(node.config.contains("cluster-announce-client-port 31021\n"));
+    assert!(node.config.contains("cluster-announce-hostname shard-2.valkey.example.com\n"));
+    assert!(node.config.contains("cluster-preferred-endpoint-type hostname\n"));
+    assert!(node.config.contains("cluster-announce-human-nodename demo-2-1\n"));
+    let eps = d.status.external_endpoints.as_ref().unwrap();
+    assert_eq!(eps[1].node_ports, [31010, 31011]);
+    assert_eq!(eps[1].nodes[0].host, "shard-1.valkey.example.com");
+    assert!(eps[1].nodes[0].ready);
+    assert_eq!(d.status.conditions[0].status, ConditionStatus::True);
+}
+
+#[test]
+fn node_ports_are_matched_by_port_name_not_position() {
+    // Out of order, node 1 missing, and an extra port for a node that does
+    // not exist.
+    let observed = Observed {
+        services: vec![ports(0, &[(2, 30002), (0, 30000), (7, 30007)])],
+        pods: vec![],
+    };
+    let d = run(cluster(1, 2, Some(ExternalAccess::default())), observed);
+    let p: Vec<_> = d.services[0].ports.iter().map(|p| (p.node, p.node_port)).collect();
+    assert_eq!(p, [(0, 30000), (1, 0), (2, 30002)]);
+}
+
+#[test]
+fn ip_mode_never_announces_a_port_without_a_reachable_ip() {
+    // Upstream W1: port allocated, host IP unknown -> announce nothing.
+    let observed = Observed {
+        services: vec![ports(0, &[(0, 30000)])],
+        pods: vec![pod(0, 0, None)],
+    };
+    let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "0");
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-ipv4"), "");
+    assert!(!d.nodes[0].config.contains("client-port"));
+    assert_eq!(d.status.conditions[0].reason, "AwaitingHostIP");
+    let ep = &d.status.external_endpoints.as_ref().unwrap()[0];
+    assert_eq!(ep.node_ports, [30000]);
+    assert!(!ep.nodes[0].ready);
+
+    // Once the pod is scheduled, its host IP and the NodePort are announced.
+    let observed = Observed {
+        services: vec![ports(0, &[(0, 30000)])],
+        pods: vec![pod(0, 0, Some(HOST))],
+    };
+    let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-ipv4"), "10.0.0.5");
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "30000");
+    assert_eq!(announce(&d, 0, 0, "cluster-preferred-endpoint-type"), "ip");
+    let ep = &d.status.external_endpoints.as_ref().unwrap()[0];
+    assert_eq!((ep.nodes[0].host.as_str(), ep.nodes[0].port), ("10.0.0.5", 30000));
+    assert!(ep.nodes[0].ready);
+}
+
+#[test]
+fn ipv6_host_ip_is_announced_as_client_ipv6() {
+    let observed = Observed {
+        services: vec![ports(0, &[(0, 30000)])],
+        pods: vec![ObservedPod {
+            shard: 0,
+            node: 0,
+            host_ip: Some(IpAddress::V6((0x2001_0db8_0000_0000, 1))),
+            ready: true,
+        }],
+    };
+    let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-ipv6"), "2001:db8::1");
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-ipv4"), "");
+}
+
+#[test]
+fn load_balancer_ports_and_pending_ingress() {
+    let d = run(cluster(2, 1, Some(lb_ea())), Observed::default());
+    for s in &d.services {
+        assert_eq!(s.service_type, ServiceType::LoadBalancer);
+        let p: Vec<_> = s.ports.iter().map(|p| p.port).collect();
+        assert_eq!(p, [6379, 6380]);
+    }
+    // No ingress yet: nothing external is announced, and status says why.
+    assert_eq!(announce(&d, 0, 1, "cluster-announce-client-port"), "0");
+    assert_eq!(d.status.conditions[0].reason, "AwaitingLoadBalancerIngress");
+    let eps = d.status.external_endpoints.as_ref().unwrap();
+    assert_eq!(eps[0].node_ports, [6379, 6380]);
+    assert!(eps[0].nodes.iter().all(|n| n.port == 0 && !n.ready));
+}
+
+#[test]
+fn load_balancer_ingress_ip_is_announced() {
+    let mut svc = ports(0, &[]);
+    svc.ingress = vec![Ingress::Ip(IpAddress::V4(0x7f00_0201))];
+    let observed = Observed {
+        services: vec![svc],
+        pods: vec![pod(0, 0, Some(HOST)), pod(0, 1, Some(HOST))],
+    };
+    let d = run(cluster(1, 1, Some(lb_ea())), observed);
+    assert_eq!(announce(&d, 0, 1, "cluster-announce-client-ipv4"), "127.0.2.1");
+    assert_eq!(announce(&d, 0, 1, "cluster-announce-client-port"), "6380");
+    let ep = &d.status.external_endpoints.as_ref().unwrap()[0];
+    assert_eq!((ep.nodes[1].host.as_str(), ep.nodes[1].port), ("127.0.2.1", 6380));
+    assert_eq!(d.status.conditions[0].status, ConditionStatus::True);
+}
+
+#[test]
+fn hostname_only_load_balancer_announces_its_hostname() {
+    let mut svc = ports(0, &[]);
+    svc.ingress = vec![Ingress::Hostname("abc.elb.amazonaws.com".into())];
+    let d = run(
+        cluster(1, 0, Some(lb_ea())),
+        Observed {
+            services: vec![svc],
+            pods: vec![pod(0, 0, Some(HOST))],
+        },
+    );
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-hostname"), "abc.elb.amazonaws.com");
+    assert_eq!(announce(&d, 0, 0, "cluster-preferred-endpoint-type"), "hostname");
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "6379");
+    assert!(d.warnings.iter().any(|w| w.field == "spec.externalAccess.preferredEndpointType"));
+}
+
+#[test]
+fn replicas_one_to_two_adds_ports_and_keeps_node_ports() {
+    let observed = Observed {
+        services: vec![ports(0, &[(0, 30100), (1, 30101)])],
+        pods: vec![],
+    };
+    let d = run(cluster(1, 2, Some(ExternalAccess::default())), observed);
+    let p: Vec<_> = d.services[0].ports.iter().map(|p| (p.name.as_str(), p.node_port)).collect();
+    assert_eq!(p, [("vk-n0", 30100), ("vk-n1", 30101), ("vk-n2", 0)]);
+}
+
+#[test]
+fn shards_three_to_one_drops_excess_services() {
+    let observed = Observed {
+        services: (0..3).map(|s| ports(s, &[(0, 30000 + s)])).collect(),
+        pods: vec![],
+    };
+    let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
+    assert_eq!(d.services.len(), 1);
+    assert_eq!(d.services[0].ports[0].node_port, 30000);
+    assert_eq!(d.status.external_endpoints.as_ref().unwrap().len(), 1);
+    assert_eq!(d.nodes.len(), 1);
+}
+
+#[test]
+fn disabled_is_identical_to_absent() {
+    let observed = Observed {
+        services: vec![ports(0, &[(0, 30000)])],
+        pods: vec![pod(0, 0, Some(HOST))],
+    };
+    let disabled = ExternalAccess {
+        enabled: false,
+        ..hostname_ea()
+    };
+    let a = run(cluster(2, 1, Some(disabled)), observed.clone());
+    let b = run(cluster(2, 1, None), observed);
+    assert_eq!(a, b);
+    assert!(a.services.is_empty());
+    assert!(a.service_annotations.is_empty());
+    assert_eq!(a.status.external_endpoints, None);
+    assert!(a.status.conditions.is_empty());
+    for n in &a.nodes {
+        assert!(!n.config.contains("announce"), "{}", n.config);
+        // Every announce key is reset, so disabling undoes enabling live.
+        assert_eq!(n.announce.len(), 7);
+        assert!(n.announce.iter().all(|(k, v)| v.is_empty()
+            || v == "0"
+            || (k == "cluster-preferred-endpoint-type" && v == "ip")));
+    }
+}
+
+#[test]
+fn enabling_changes_nothing_about_the_pod_template() {
+    let off = run(cluster(2, 1, None), Observed::default());
+    let on = run(cluster(2, 1, Some(hostname_ea())), Observed::default());
+    assert_eq!(off.workload, on.workload);
+    for (a, b) in off.nodes.iter().zip(&on.nodes) {
+        assert_eq!((&a.name, &a.port_name), (&b.name, &b.port_name));
+    }
+}
+
+#[test]
+fn tls_announces_the_client_tls_port() {
+    let mut c = cluster(1, 0, Some(hostname_ea()));
+    c.tls = Some("valkey-tls".into());
+    let d = run(
+        c,
+        Observed {
+            services: vec![ports(0, &[(0, 30500)])],
+            pods: vec![],
+        },
+    );
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-tls-port"), "30500");
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "0");
+    assert!(d.nodes[0].config.contains("tls-port 6379\n"));
+    assert_eq!(d.workload.tls_secret.as_deref(), Some("valkey-tls"));
+}
+
+#[test]
+fn annotations_policy_and_labels() {
+    let ea = ExternalAccess {
+        service_annotations: vec![
+            ("z.example.com/b".into(), "2".into()),
+            ("a.example.com/a".into(), "1".into()),
+        ],
+        external_traffic_policy: TrafficPolicy::Local,
+        ..ExternalAccess::default()
+    };
+    let d = run(cluster(1, 0, Some(ea)), Observed::default());
+    assert_eq!(d.service_annotations[0].0, "a.example.com/a");
+    assert_eq!(d.services[0].external_traffic_policy, TrafficPolicy::Local);
+    let w: Vec<_> = d.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(w, ["spec.externalAccess.externalTrafficPolicy"]);
+    let keys: Vec<_> = d.labels.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/managed-by",
+            "app.kubernetes.io/name",
+            "valkey.io/cluster"
+        ]
+    );
+    assert_eq!(d.workload.image, "valkey/valkey:9.0");
+}
+
+#[test]
+fn every_validation_error_names_its_field() {
+    let field = |c: Cluster| -> Vec<String> { errors(c).into_iter().map(|(f, _)| f).collect() };
+    let with = |f: &dyn Fn(&mut ExternalAccess)| {
+        let mut ea = ExternalAccess::default();
+        f(&mut ea);
+        cluster(3, 1, Some(ea))
+    };
+    assert_eq!(field(cluster(0, 0, None)), ["spec.shards"]);
+    assert_eq!(field(cluster(1001, 0, None)), ["spec.shards"]);
+    assert_eq!(field(cluster(1, -1, None)), ["spec.replicas"]);
+    assert_eq!(field(cluster(1, 16, None)), ["spec.replicas"]);
+    assert_eq!(field(with(&|ea| ea.domain = Some("Bad_Domain".into()))), ["spec.externalAccess.domain"]);
+    assert_eq!(field(with(&|ea| ea.domain = Some(String::new()))), ["spec.externalAccess.domain"]);
+    assert_eq!(
+        field(with(&|ea| ea.hostname_prefix = "-x".into())),
+        ["spec.externalAccess.hostnamePrefix"]
+    );
+    assert_eq!(
+        field(with(&|ea| ea.hostname_prefix = "a".repeat(63))),
+        ["spec.externalAccess.hostnamePrefix"]
+    );
+    assert_eq!(
+        field(with(&|ea| {
+            ea.hostname_prefix = "a".repeat(60);
+            ea.domain = Some(["b".repeat(60), "c".repeat(60), "d".repeat(60)].join("."));
+        })),
+        ["spec.externalAccess.domain"]
+    );
+    assert_eq!(
+        field(with(&|ea| ea.preferred_endpoint_type = EndpointType::Hostname)),
+        ["spec.externalAccess.domain"]
+    );
+    // W11: the hostname rule only applies when enabled.
+    assert!(field(with(&|ea| {
+        ea.enabled = false;
+        ea.preferred_endpoint_type = EndpointType::Hostname;
+    }))
+    .is_empty());
+    assert_eq!(
+        field(with(&|ea| ea.service_annotations = vec![("bad key".into(), "v".into())])),
+        ["spec.externalAccess.serviceAnnotations[\"bad key\"]"]
+    );
+    let mut c = cluster(1, 0, None);
+    c.name = "Demo".into();
+    assert_eq!(field(c), ["metadata.name"]);
+    let mut c = cluster(1, 0, None);
+    c.name = "a".repeat(40);
+    let e = errors(c);
+    assert_eq!(e[0].0, "metadata.name");
+    assert!(e[0].1.contains("StatefulSet"), "{}", e[0].1);
+    let mut c = cluster(1, 0, None);
+    c.image = Some(String::new());
+    assert_eq!(field(c), ["spec.image"]);
+    let mut c = cluster(1, 0, None);
+    c.tls = Some("Not A Secret".into());
+    assert_eq!(field(c), ["spec.tls"]);
+    let mut c = cluster(1, 0, None);
+    c.resources = Some(Resources {
+        requests: vec![("cpu".into(), "lots".into())],
+        limits: vec![],
+    });
+    assert_eq!(field(c), ["spec.resources.requests.cpu"]);
+    // Several errors are all reported, in a fixed order.
+    let mut c = cluster(0, -1, Some(ExternalAccess {
+        domain: Some("..".into()),
+        ..ExternalAccess::default()
+    }));
+    c.name = "X".into();
+    assert_eq!(
+        field(c),
+        ["metadata.name", "spec.shards", "spec.replicas", "spec.externalAccess.domain"]
+    );
+}
+
+#[test]
+fn validate_reports_warnings_and_errors_without_observed_state() {
+    let ea = ExternalAccess {
+        external_traffic_policy: TrafficPolicy::Local,
+        ..ExternalAccess::default()
+    };
+    let v = validate(&cluster(0, 0, Some(ea)));
+    let got: Vec<_> = v.iter().map(|v| (v.severity, v.field.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            (Severity::Error, "spec.shards"),
+            (Severity::Warning, "spec.externalAccess.externalTrafficPolicy")
+        ]
+    );
+}
+
+#[test]
+fn name_collisions_with_other_clusters_are_errors() {
+    // The naming grammar keeps clusters apart; the check guards it.
+    let c = cluster(3, 1, None);
+    let i = Input {
+        cluster: c,
+        observed: Observed::default(),
+        other_clusters: vec!["demo-shard".into(), "demo-0".into(), "demo".into()],
+    };
+    assert!(reconcile(&i).is_ok());
+}
+
+#[test]
+fn output_ignores_observed_objects_out_of_range() {
+    let observed = Observed {
+        services: vec![ports(9, &[(0, 30000)])],
+        pods: vec![pod(0, 9, Some(HOST)), pod(9, 0, Some(HOST))],
+    };
+    let a = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
+    let b = run(cluster(1, 0, Some(ExternalAccess::default())), Observed::default());
+    assert_eq!(a, b);
+}

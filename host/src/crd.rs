@@ -1,0 +1,167 @@
+//! The `ValkeyCluster` custom resource (`valkey.io/v1alpha1`).
+//!
+//! The CRD YAML under `deploy/crds/` is generated from these types by
+//! `shardgate crd`. CEL rules here reject what the API server can check on
+//! its own; the guest's `validate` checks everything, with field paths.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A sharded Valkey cluster, optionally reachable from outside Kubernetes.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "valkey.io",
+    version = "v1alpha1",
+    kind = "ValkeyCluster",
+    plural = "valkeyclusters",
+    shortname = "vkc",
+    namespaced,
+    status = "ValkeyClusterStatus",
+    cel,
+    printcolumn = r#"{"name":"Shards","type":"integer","jsonPath":".spec.shards"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"External","type":"string","jsonPath":".status.conditions[?(@.type==\"ExternalAccessReady\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("size(self.metadata.name) + size(string(self.spec.shards - 1)) + size(string(self.spec.replicas)) <= 43").message("metadata.name is too long: the node StatefulSet name valkey-<name>-<shard>-<node> must fit 52 characters").field_path(".metadata.name"),
+    validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS label: it is part of Service names").field_path(".metadata.name"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyClusterSpec {
+    /// Number of shards (primaries).
+    #[serde(default = "default_shards")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub shards: i32,
+    /// Replicas per shard; each shard has 1 + replicas nodes.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 15))]
+    pub replicas: i32,
+    /// Server image. Default `valkey/valkey:9.0`; Valkey 9.0 or later is
+    /// required for client-only announce ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Resources of each node's server container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Serve TLS on 6379 with the certificate in this Secret (`tls.crt`,
+    /// `tls.key`, `ca.crt`); clients are told the TLS port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+    /// Make every node reachable from outside Kubernetes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_access: Option<ExternalAccessSpec>,
+}
+
+fn default_shards() -> i32 {
+    3
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// Name of a Secret in the cluster's namespace.
+    pub secret_name: String,
+}
+
+/// External access: one Service per shard with one port per node, and each
+/// node announcing that endpoint to clients.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!self.enabled || self.preferredEndpointType != 'hostname' || (has(self.domain) && self.domain != '')").message("domain is required when preferredEndpointType is hostname").field_path(".domain").reason(Reason::FieldValueRequired),
+)]
+pub struct ExternalAccessSpec {
+    #[serde(default)]
+    pub enabled: bool,
+    #[serde(default)]
+    pub service_type: ServiceType,
+    #[serde(default)]
+    pub external_traffic_policy: TrafficPolicy,
+    /// Annotations for every shard Service (e.g. for external-dns or a cloud
+    /// load balancer).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub service_annotations: BTreeMap<String, String>,
+    /// Announced hostnames are `<hostnamePrefix>-<shard>.<domain>`.
+    #[serde(default = "default_hostname_prefix")]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("hostnamePrefix must be a DNS label"))]
+    #[schemars(length(min = 1, max = 58))]
+    pub hostname_prefix: String,
+    /// DNS domain of the announced hostnames. Without it no hostname is
+    /// announced (except a hostname-only load balancer's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("domain must be a valid DNS name"))]
+    #[schemars(length(min = 1, max = 240))]
+    pub domain: Option<String>,
+    #[serde(default)]
+    pub preferred_endpoint_type: EndpointType,
+}
+
+fn default_hostname_prefix() -> String {
+    shardgate_guest::names::DEFAULT_HOSTNAME_PREFIX.to_string()
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ServiceType {
+    #[default]
+    NodePort,
+    LoadBalancer,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum TrafficPolicy {
+    #[default]
+    Cluster,
+    Local,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum EndpointType {
+    #[default]
+    Ip,
+    Hostname,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyClusterStatus {
+    /// One entry per shard, in shard order; absent when external access is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["shardIndex"]))]
+    pub external_endpoints: Option<Vec<ShardEndpointStatus>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardEndpointStatus {
+    pub shard_index: i32,
+    /// `nodePorts[i]` is node i's external port: the allocated NodePort (0
+    /// until allocated) or the LoadBalancer's Service port.
+    pub node_ports: Vec<i32>,
+    /// Where each node is reached from outside, and whether it is ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeEndpointStatus>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeEndpointStatus {
+    pub node_index: i32,
+    /// Hostname or IP an outside client uses; empty while unknown.
+    #[serde(default)]
+    pub host: String,
+    /// External port; 0 while unknown.
+    #[serde(default)]
+    pub port: i32,
+    pub ready: bool,
+}

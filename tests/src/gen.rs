@@ -1,0 +1,113 @@
+//! Proptest strategies for reconcile inputs: mostly valid specs (so the
+//! interesting paths run), some invalid ones, and observed state that is
+//! partial, out of order, stale or out of range.
+
+use proptest::collection::vec;
+use proptest::option;
+use proptest::prelude::*;
+use shardgate_guest::model::*;
+
+pub fn name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        9 => "[a-z][a-z0-9]{0,6}(-[a-z0-9]{1,6}){0,2}",
+        1 => "[A-Za-z0-9._-]{0,50}",
+    ]
+}
+
+fn ip() -> impl Strategy<Value = IpAddress> {
+    prop_oneof![
+        4 => any::<u32>().prop_map(IpAddress::V4),
+        1 => any::<(u64, u64)>().prop_map(IpAddress::V6),
+    ]
+}
+
+pub fn external_access() -> impl Strategy<Value = ExternalAccess> {
+    (
+        prop::bool::weighted(0.85),
+        prop_oneof![Just(ServiceType::NodePort), Just(ServiceType::LoadBalancer)],
+        prop_oneof![4 => Just(TrafficPolicy::Cluster), 1 => Just(TrafficPolicy::Local)],
+        vec(("[a-z]{1,5}\\.io/[a-z]{1,8}", "[ -~]{0,12}"), 0..3),
+        prop_oneof![9 => "[a-z]{1,8}", 1 => "[a-zA-Z_-]{0,70}"],
+        option::weighted(0.6, prop_oneof![9 => "[a-z]{1,8}(\\.[a-z]{2,6}){1,2}", 1 => ".{0,10}"]),
+        prop_oneof![Just(EndpointType::Ip), Just(EndpointType::Hostname)],
+    )
+        .prop_map(|(enabled, service_type, policy, annotations, prefix, domain, pref)| {
+            ExternalAccess {
+                enabled,
+                service_type,
+                external_traffic_policy: policy,
+                service_annotations: annotations,
+                hostname_prefix: prefix,
+                domain,
+                preferred_endpoint_type: pref,
+            }
+        })
+}
+
+pub fn cluster() -> impl Strategy<Value = Cluster> {
+    (
+        name(),
+        prop_oneof![19 => 1i32..8, 1 => -2i32..1002],
+        prop_oneof![19 => 0i32..4, 1 => -1i32..17],
+        option::of(prop_oneof!["valkey/valkey:[0-9]\\.[0-9]", "[ a-z]{0,3}"]),
+        option::weighted(0.2, "[a-z]{1,8}-tls"),
+        option::weighted(0.8, external_access()),
+    )
+        .prop_map(|(name, shards, replicas, image, tls, ea)| Cluster {
+            name,
+            namespace: "default".into(),
+            shards,
+            replicas,
+            image,
+            resources: None,
+            tls,
+            external_access: ea,
+        })
+}
+
+/// Observed state for a cluster of about `shards` x `nodes`: ports,
+/// ingress and pods present or not, some beyond the spec's range.
+pub fn observed(shards: u32, nodes: u32) -> impl Strategy<Value = Observed> {
+    let s = shards + 1;
+    let n = nodes + 1;
+    let port = (0..n, prop_oneof![1 => Just(0u32), 3 => 30000u32..32768]);
+    let ingress = prop_oneof![
+        ip().prop_map(Ingress::Ip),
+        "[a-z]{3,8}\\.elb\\.example\\.com".prop_map(Ingress::Hostname)
+    ];
+    let service = (0..s, vec(port, 0..(n as usize + 1)), vec(ingress, 0..2)).prop_map(
+        |(shard, ports, ingress)| ObservedService {
+            shard,
+            ports: ports
+                .into_iter()
+                .map(|(node, node_port)| ObservedPort { node, node_port })
+                .collect(),
+            ingress,
+        },
+    );
+    let pod = (0..s, 0..n, option::weighted(0.8, ip()), any::<bool>()).prop_map(
+        |(shard, node, host_ip, ready)| ObservedPod {
+            shard,
+            node,
+            host_ip,
+            ready,
+        },
+    );
+    (vec(service, 0..(s as usize + 1)), vec(pod, 0..((s * n) as usize + 1)))
+        .prop_map(|(services, pods)| Observed { services, pods })
+}
+
+/// A cluster and observed state that fits it roughly.
+pub fn input() -> impl Strategy<Value = Input> {
+    cluster().prop_flat_map(|c| {
+        let shards = c.shards.clamp(0, 8) as u32;
+        let nodes = c.replicas.clamp(0, 4) as u32 + 1;
+        (Just(c), observed(shards, nodes), vec(name(), 0..3)).prop_map(
+            |(cluster, observed, other_clusters)| Input {
+                cluster,
+                observed,
+                other_clusters,
+            },
+        )
+    })
+}

@@ -1,0 +1,54 @@
+//! The wasm component, run by the host's sandboxed runtime, gives
+//! byte-identical results to the same guest code linked natively.
+
+use std::sync::LazyLock;
+
+use proptest::prelude::*;
+use shardgate::reconciler::{Native, Reconciler};
+use shardgate::runtime::{Limits, Module, Runtime};
+use shardgate_tests::gen;
+
+/// Compiled once per test process: compiling a component in a debug build
+/// takes about a second.
+static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| Runtime::new(Limits::default()).unwrap());
+static MODULE: LazyLock<Module> = LazyLock::new(|| RUNTIME.load_embedded().unwrap());
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn reconcile_is_byte_identical(input in gen::input()) {
+        let native = Native.reconcile(&input).unwrap();
+        let wasm = MODULE.reconcile(&input).unwrap();
+        prop_assert_eq!(json(&native), json(&wasm));
+    }
+
+    #[test]
+    fn validate_is_byte_identical(cluster in gen::cluster()) {
+        let native = Native.validate(&cluster).unwrap();
+        let wasm = MODULE.validate(&cluster).unwrap();
+        prop_assert_eq!(json(&native), json(&wasm));
+    }
+}
+
+#[test]
+fn a_large_cluster_is_identical_too() {
+    let input = shardgate_guest::model::Input {
+        cluster: shardgate_guest::model::Cluster {
+            name: "big".into(),
+            namespace: "default".into(),
+            shards: 500,
+            replicas: 4,
+            external_access: Some(Default::default()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let native = Native.reconcile(&input).unwrap().unwrap();
+    assert_eq!(native.nodes.len(), 2500);
+    assert_eq!(json(&native), json(&MODULE.reconcile(&input).unwrap().unwrap()));
+}

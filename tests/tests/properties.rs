@@ -1,0 +1,151 @@
+//! Properties of the reconcile logic over random specs and observed states,
+//! run natively (the differential test shows the wasm build agrees).
+
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+use shardgate_guest::model::*;
+use shardgate_guest::names;
+use shardgate_guest::reconcile;
+use shardgate_tests::{apply::applied, gen};
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 512,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Nothing panics, valid or not; an error lists at least one error.
+    #[test]
+    fn never_panics(input in gen::input()) {
+        match reconcile(&input) {
+            Ok(d) => prop_assert!(d.warnings.iter().all(|w| w.severity == Severity::Warning)),
+            Err(e) => {
+                prop_assert!(!e.violations.is_empty());
+                prop_assert!(e.violations.iter().all(|v| v.severity == Severity::Error && !v.field.is_empty()));
+            }
+        }
+    }
+
+    /// Each Service port reaches exactly one node: the ports of a shard's
+    /// Service name each node of the shard once, and that name is the one
+    /// node's container port name.
+    #[test]
+    fn each_port_maps_to_exactly_one_node(input in gen::input()) {
+        let Ok(d) = reconcile(&input) else { return Ok(()) };
+        let nodes = input.cluster.replicas as u32 + 1;
+        for svc in &d.services {
+            prop_assert_eq!(svc.ports.len() as u32, nodes);
+            let mut seen = BTreeSet::new();
+            for p in &svc.ports {
+                prop_assert!(seen.insert(p.node));
+                prop_assert_eq!(p.port, names::CLIENT_PORT + p.node);
+                let targets: Vec<_> = d.nodes.iter()
+                    .filter(|n| n.shard == svc.shard && n.port_name == p.name)
+                    .map(|n| n.node)
+                    .collect();
+                prop_assert_eq!(targets, vec![p.node]);
+            }
+        }
+    }
+
+    /// Every generated name is valid for its kind.
+    #[test]
+    fn names_are_valid(input in gen::input()) {
+        let Ok(d) = reconcile(&input) else { return Ok(()) };
+        for s in &d.services {
+            prop_assert!(names::is_dns_label(&s.name) && s.name.starts_with(|c: char| c.is_ascii_lowercase()), "{}", s.name);
+            for p in &s.ports {
+                prop_assert!(names::is_iana_service_name(&p.name), "{}", p.name);
+            }
+        }
+        for n in &d.nodes {
+            prop_assert!(names::is_dns_label(&n.name) && n.name.len() <= names::MAX_STATEFULSET_NAME, "{}", n.name);
+            prop_assert!(names::is_iana_service_name(&n.port_name), "{}", n.port_name);
+            if let Some((_, host)) = n.announce.iter().find(|(k, _)| k == "cluster-announce-hostname")
+                && !host.is_empty() {
+                prop_assert!(host.len() < 256 && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'), "{}", host);
+            }
+        }
+        for (k, _) in &d.labels {
+            prop_assert!(names::is_qualified_name(k));
+        }
+    }
+
+    /// Same input, same output; and the order of observed objects does not
+    /// matter (when no object is listed twice).
+    #[test]
+    fn output_is_deterministic(input in gen::input()) {
+        let a = reconcile(&input);
+        prop_assert_eq!(&a, &reconcile(&input));
+        let mut dedup = input.clone();
+        let mut seen = BTreeSet::new();
+        dedup.observed.services.retain(|s| seen.insert(s.shard));
+        let mut seen = BTreeSet::new();
+        dedup.observed.pods.retain(|p| seen.insert((p.shard, p.node)));
+        for s in &mut dedup.observed.services {
+            let mut seen = BTreeSet::new();
+            s.ports.retain(|p| seen.insert(p.node));
+        }
+        let mut reversed = dedup.clone();
+        reversed.observed.services.reverse();
+        reversed.observed.pods.reverse();
+        for s in &mut reversed.observed.services {
+            s.ports.reverse();
+        }
+        prop_assert_eq!(reconcile(&dedup), reconcile(&reversed));
+    }
+
+    /// The steady state is a fixed point: once what the last output asked for
+    /// exists, reconciling again asks for exactly that again.
+    #[test]
+    fn steady_state_is_a_fixed_point(input in gen::input()) {
+        let Ok(first) = reconcile(&input) else { return Ok(()) };
+        let once = applied(&first, &input.observed);
+        let second = reconcile(&Input { observed: once.clone(), ..input.clone() }).unwrap();
+        let twice = applied(&second, &once);
+        prop_assert_eq!(&once.services, &twice.services);
+        let third = reconcile(&Input { observed: twice, ..input.clone() }).unwrap();
+        prop_assert_eq!(second, third);
+    }
+
+    /// No two different cluster names generate the same object name.
+    #[test]
+    fn no_cross_cluster_collisions(a in gen::cluster(), b_name in gen::name()) {
+        prop_assume!(a.name != b_name && a.shards > 0 && a.shards < 50 && a.replicas >= 0);
+        let b = Cluster { name: b_name, ..a.clone() };
+        let mine: BTreeSet<_> = shardgate_guest::generated_names(&a).into_iter().collect();
+        for n in shardgate_guest::generated_names(&b) {
+            prop_assert!(!mine.contains(&n), "{} generated by both {} and {}", n, a.name, b.name);
+        }
+    }
+}
+
+/// Prefix-related names are where collisions would appear; check them all.
+#[test]
+fn prefix_related_cluster_names_do_not_collide() {
+    let base = Cluster {
+        name: "c".into(),
+        shards: 12,
+        replicas: 11,
+        ..Cluster::default()
+    };
+    let mine: BTreeSet<_> = shardgate_guest::generated_names(&base).into_iter().collect();
+    for other in ["c-shard", "c-shard-0", "c-0", "c-0-1", "c-1-0", "c-11", "c-shard-1-0"] {
+        let o = Cluster { name: other.into(), ..base.clone() };
+        for n in shardgate_guest::generated_names(&o) {
+            assert!(!mine.contains(&n), "{n} from {other}");
+        }
+        let input = Input {
+            cluster: base.clone(),
+            observed: Observed::default(),
+            other_clusters: vec![other.into()],
+        };
+        assert!(reconcile(&input).is_ok());
+    }
+}
