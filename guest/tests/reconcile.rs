@@ -368,7 +368,7 @@ fn every_validation_error_names_its_field() {
     assert_eq!(
         field(with(&|ea| {
             ea.hostname_prefix = "a".repeat(60);
-            ea.domain = Some(["b".repeat(60), "c".repeat(60), "d".repeat(60)].join("."));
+            ea.domain = Some(["b".repeat(60), "c".repeat(60), "d".repeat(60), "e".repeat(60)].join("."));
         })),
         ["spec.externalAccess.domain"]
     );
@@ -390,7 +390,7 @@ fn every_validation_error_names_its_field() {
     c.name = "Demo".into();
     assert_eq!(field(c), ["metadata.name"]);
     let mut c = cluster(1, 0, None);
-    c.name = "a".repeat(40);
+    c.name = "a".repeat(44);
     let e = errors(c);
     assert_eq!(e[0].0, "metadata.name");
     assert!(e[0].1.contains("StatefulSet"), "{}", e[0].1);

@@ -2,4 +2,4 @@
 //! the guest's input, and a model of what applying a desired state produces.
 
 pub mod apply;
-pub mod gen;
+pub mod strategies;

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use proptest::prelude::*;
 use shardgate::reconciler::{Native, Reconciler};
 use shardgate::runtime::{Limits, Module, Runtime};
-use shardgate_tests::gen;
+use shardgate_tests::strategies;
 
 /// Compiled once per test process: compiling a component in a debug build
 /// takes about a second.
@@ -21,14 +21,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn reconcile_is_byte_identical(input in gen::input()) {
+    fn reconcile_is_byte_identical(input in strategies::input()) {
         let native = Native.reconcile(&input).unwrap();
         let wasm = MODULE.reconcile(&input).unwrap();
         prop_assert_eq!(json(&native), json(&wasm));
     }
 
     #[test]
-    fn validate_is_byte_identical(cluster in gen::cluster()) {
+    fn validate_is_byte_identical(cluster in strategies::cluster()) {
         let native = Native.validate(&cluster).unwrap();
         let wasm = MODULE.validate(&cluster).unwrap();
         prop_assert_eq!(json(&native), json(&wasm));

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use shardgate_guest::model::*;
 use shardgate_guest::names;
 use shardgate_guest::reconcile;
-use shardgate_tests::{apply::applied, gen};
+use shardgate_tests::{apply::applied, strategies};
 
 fn config() -> ProptestConfig {
     ProptestConfig {
@@ -22,7 +22,7 @@ proptest! {
 
     /// Nothing panics, valid or not; an error lists at least one error.
     #[test]
-    fn never_panics(input in gen::input()) {
+    fn never_panics(input in strategies::input()) {
         match reconcile(&input) {
             Ok(d) => prop_assert!(d.warnings.iter().all(|w| w.severity == Severity::Warning)),
             Err(e) => {
@@ -36,7 +36,7 @@ proptest! {
     /// Service name each node of the shard once, and that name is the one
     /// node's container port name.
     #[test]
-    fn each_port_maps_to_exactly_one_node(input in gen::input()) {
+    fn each_port_maps_to_exactly_one_node(input in strategies::input()) {
         let Ok(d) = reconcile(&input) else { return Ok(()) };
         let nodes = input.cluster.replicas as u32 + 1;
         for svc in &d.services {
@@ -56,7 +56,7 @@ proptest! {
 
     /// Every generated name is valid for its kind.
     #[test]
-    fn names_are_valid(input in gen::input()) {
+    fn names_are_valid(input in strategies::input()) {
         let Ok(d) = reconcile(&input) else { return Ok(()) };
         for s in &d.services {
             prop_assert!(names::is_dns_label(&s.name) && s.name.starts_with(|c: char| c.is_ascii_lowercase()), "{}", s.name);
@@ -80,7 +80,7 @@ proptest! {
     /// Same input, same output; and the order of observed objects does not
     /// matter (when no object is listed twice).
     #[test]
-    fn output_is_deterministic(input in gen::input()) {
+    fn output_is_deterministic(input in strategies::input()) {
         let a = reconcile(&input);
         prop_assert_eq!(&a, &reconcile(&input));
         let mut dedup = input.clone();
@@ -104,7 +104,7 @@ proptest! {
     /// The steady state is a fixed point: once what the last output asked for
     /// exists, reconciling again asks for exactly that again.
     #[test]
-    fn steady_state_is_a_fixed_point(input in gen::input()) {
+    fn steady_state_is_a_fixed_point(input in strategies::input()) {
         let Ok(first) = reconcile(&input) else { return Ok(()) };
         let once = applied(&first, &input.observed);
         let second = reconcile(&Input { observed: once.clone(), ..input.clone() }).unwrap();
@@ -116,7 +116,7 @@ proptest! {
 
     /// No two different cluster names generate the same object name.
     #[test]
-    fn no_cross_cluster_collisions(a in gen::cluster(), b_name in gen::name()) {
+    fn no_cross_cluster_collisions(a in strategies::cluster(), b_name in strategies::name()) {
         prop_assume!(a.name != b_name && a.shards > 0 && a.shards < 50 && a.replicas >= 0);
         let b = Cluster { name: b_name, ..a.clone() };
         let mine: BTreeSet<_> = shardgate_guest::generated_names(&a).into_iter().collect();
