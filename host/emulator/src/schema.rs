@@ -1,0 +1,60 @@
+//! The little bit of OpenAPI schema knowledge server-side apply needs: which
+//! lists are associative (list-maps, with their key fields) and which maps are
+//! atomic. Everything else is a granular map or an atomic list.
+
+/// Key fields of the associative list at `path` (field names from the object
+/// root, list items not included) for objects of `kind`, or `None` if the list
+/// is atomic.
+pub(crate) fn list_keys(kind: &str, path: &[String]) -> Option<&'static [&'static str]> {
+    let last = path.last()?.as_str();
+    let parent = path.len().checked_sub(2).map(|i| path[i].as_str());
+    let is = |p: &[&str]| path.len() == p.len() && path.iter().zip(p).all(|(a, b)| a == b);
+    match last {
+        "ports" if kind == "Service" && is(&["spec", "ports"]) => Some(&["port", "protocol"]),
+        "ports" if matches!(parent, Some("containers" | "initContainers")) => {
+            Some(&["containerPort", "protocol"])
+        }
+        "containers" | "initContainers" | "ephemeralContainers" if in_pod_spec(path) => {
+            Some(&["name"])
+        }
+        "env"
+            if matches!(
+                parent,
+                Some("containers" | "initContainers" | "ephemeralContainers")
+            ) =>
+        {
+            Some(&["name"])
+        }
+        "volumes" if in_pod_spec(path) => Some(&["name"]),
+        "imagePullSecrets" if in_pod_spec(path) => Some(&["name"]),
+        "volumeMounts" => Some(&["mountPath"]),
+        "ownerReferences" if is(&["metadata", "ownerReferences"]) => Some(&["uid"]),
+        "conditions" if path.len() == 2 && path[0] == "status" => Some(&["type"]),
+        "externalEndpoints" if path.len() == 2 && path[0] == "status" => Some(&["shardIndex"]),
+        _ => None,
+    }
+}
+
+fn in_pod_spec(path: &[String]) -> bool {
+    let n = path.len();
+    (n == 2 && path[0] == "spec")
+        || (n == 4 && path[0] == "spec" && path[1] == "template" && path[2] == "spec")
+}
+
+/// Maps (or structs) that are replaced as a whole by apply.
+pub(crate) fn atomic_map(kind: &str, path: &[String]) -> bool {
+    let is = |p: &[&str]| path.len() == p.len() && path.iter().zip(p).all(|(a, b)| a == b);
+    match kind {
+        "Service" => is(&["spec", "selector"]),
+        "StatefulSet" => is(&["spec", "selector"]),
+        _ => false,
+    }
+}
+
+/// Default for a missing key field (the real schema defaults `protocol`).
+pub(crate) fn key_default(field: &str) -> Option<serde_json::Value> {
+    match field {
+        "protocol" => Some(serde_json::Value::String("TCP".into())),
+        _ => None,
+    }
+}

@@ -1,0 +1,160 @@
+//! Object storage with one global resourceVersion counter and a bounded
+//! history of change events for watches.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+/// `(resource key, namespace or "", name)`.
+pub(crate) type ObjKey = (String, String, String);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change.
+#[derive(Debug)]
+pub(crate) struct WatchEvent {
+    pub rv: u64,
+    pub res_key: String,
+    pub etype: EventType,
+    pub object: Value,
+    /// The object before the change (for selector transitions).
+    pub prev: Option<Value>,
+}
+
+/// What open watch streams are told.
+#[derive(Clone, Debug)]
+pub(crate) enum Notice {
+    Event(Arc<WatchEvent>),
+    /// Send a BOOKMARK now; all events up to this rv were already sent.
+    Bookmark(u64),
+    /// Close every watch connection abruptly.
+    DropAll,
+}
+
+pub(crate) struct Store {
+    objects: BTreeMap<ObjKey, Value>,
+    rv: u64,
+    history: VecDeque<Arc<WatchEvent>>,
+    history_limit: usize,
+    /// Watches from a resourceVersion below this get 410 Gone.
+    compacted: u64,
+    pub tx: broadcast::Sender<Notice>,
+}
+
+pub(crate) fn set_rv(obj: &mut Value, rv: u64) {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+    }
+}
+
+impl Store {
+    pub fn new(history_limit: usize) -> Self {
+        let (tx, _) = broadcast::channel(16 * 1024);
+        Self {
+            objects: BTreeMap::new(),
+            rv: 1,
+            history: VecDeque::new(),
+            history_limit: history_limit.max(1),
+            compacted: 0,
+            tx,
+        }
+    }
+
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn get(&self, key: &ObjKey) -> Option<&Value> {
+        self.objects.get(key)
+    }
+
+    /// Objects of one resource, optionally in one namespace, ordered by
+    /// namespace then name.
+    pub fn list(&self, res_key: &str, ns: Option<&str>) -> Vec<&Value> {
+        self.objects
+            .iter()
+            .filter(|((r, n, _), _)| r == res_key && ns.is_none_or(|ns| ns == n))
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    pub fn keys_where(&self, mut f: impl FnMut(&ObjKey, &Value) -> bool) -> Vec<ObjKey> {
+        self.objects
+            .iter()
+            .filter(|(k, v)| f(k, v))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Stores `obj` under a fresh resourceVersion and emits ADDED/MODIFIED.
+    pub fn put(&mut self, key: ObjKey, mut obj: Value) -> Value {
+        self.rv += 1;
+        set_rv(&mut obj, self.rv);
+        let prev = self.objects.insert(key.clone(), obj.clone());
+        let etype = if prev.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        self.emit(key.0, etype, obj.clone(), prev);
+        obj
+    }
+
+    /// Removes an object, emitting DELETED with a fresh resourceVersion.
+    pub fn remove(&mut self, key: &ObjKey) -> Option<Value> {
+        let mut obj = self.objects.remove(key)?;
+        self.rv += 1;
+        set_rv(&mut obj, self.rv);
+        self.emit(key.0.clone(), EventType::Deleted, obj.clone(), None);
+        Some(obj)
+    }
+
+    fn emit(&mut self, res_key: String, etype: EventType, object: Value, prev: Option<Value>) {
+        let ev = Arc::new(WatchEvent {
+            rv: self.rv,
+            res_key,
+            etype,
+            object,
+            prev,
+        });
+        self.history.push_back(ev.clone());
+        while self.history.len() > self.history_limit {
+            if let Some(old) = self.history.pop_front() {
+                self.compacted = old.rv;
+            }
+        }
+        let _ = self.tx.send(Notice::Event(ev));
+    }
+
+    /// Forgets all history: watches from any resourceVersion older than the
+    /// current one get 410 Gone.
+    pub fn compact(&mut self) {
+        self.history.clear();
+        self.compacted = self.rv;
+    }
+
+    /// Events after `rv`, or `None` if that history was compacted away.
+    pub fn events_since(&self, rv: u64) -> Option<Vec<Arc<WatchEvent>>> {
+        if rv < self.compacted {
+            return None;
+        }
+        Some(self.history.iter().filter(|e| e.rv > rv).cloned().collect())
+    }
+}

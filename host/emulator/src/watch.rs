@@ -1,0 +1,175 @@
+//! Watch streams: replay from a resourceVersion (410 Gone when compacted),
+//! live events filtered by namespace and selectors, periodic and on-demand
+//! BOOKMARKs, `timeoutSeconds`, and abrupt disconnection on demand.
+
+use std::collections::VecDeque;
+use std::io;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use futures::Stream;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::time::{Instant, Interval};
+
+use crate::errors::ApiError;
+use crate::ops::State;
+use crate::resources::Res;
+use crate::selectors::Selectors;
+use crate::store::{EventType, Notice, WatchEvent};
+
+/// What a watch request asked for.
+pub(crate) struct WatchParams {
+    pub res: Res,
+    pub ns: Option<String>,
+    pub selectors: Selectors,
+    /// `None` or `Some(0)`: start with the current state as ADDED events.
+    pub resource_version: Option<u64>,
+    pub bookmarks: bool,
+    pub send_initial_events: bool,
+    pub timeout: Duration,
+    pub bookmark_interval: Duration,
+}
+
+fn line(v: &Value) -> Bytes {
+    let mut s = v.to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+fn event_line(etype: &str, obj: &Value) -> Bytes {
+    line(&json!({"type": etype, "object": obj}))
+}
+
+impl WatchParams {
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        event_line(
+            "BOOKMARK",
+            &json!({"kind": self.res.kind, "apiVersion": self.res.api_version(), "metadata": meta}),
+        )
+    }
+
+    fn in_scope(&self, obj: &Value) -> bool {
+        self.ns
+            .as_deref()
+            .is_none_or(|ns| obj["metadata"]["namespace"].as_str() == Some(ns))
+    }
+
+    /// The line a committed change turns into for this watch, if any. An
+    /// object moving into (out of) the selector is ADDED (DELETED).
+    fn render(&self, ev: &WatchEvent) -> Option<Bytes> {
+        if ev.res_key != self.res.key() || !self.in_scope(&ev.object) {
+            return None;
+        }
+        let now = self.selectors.matches(&ev.object);
+        let before = ev
+            .prev
+            .as_ref()
+            .map(|p| self.selectors.matches(p))
+            .unwrap_or(now);
+        let etype = match (ev.etype, before, now) {
+            (EventType::Added, _, true) => EventType::Added,
+            (EventType::Deleted, _, true) => EventType::Deleted,
+            (EventType::Modified, true, true) => EventType::Modified,
+            (EventType::Modified, false, true) => EventType::Added,
+            (EventType::Modified, true, false) => EventType::Deleted,
+            _ => return None,
+        };
+        Some(event_line(etype.as_str(), &ev.object))
+    }
+}
+
+struct Streaming {
+    params: WatchParams,
+    pending: VecDeque<Bytes>,
+    rx: broadcast::Receiver<Notice>,
+    last_rv: u64,
+    tick: Interval,
+    deadline: Instant,
+    done: bool,
+}
+
+/// Opens a watch. Must be called with the state lock held so that no event
+/// falls between the replayed history and the live subscription.
+pub(crate) fn open(
+    state: &State,
+    params: WatchParams,
+) -> impl Stream<Item = Result<Bytes, io::Error>> + Send + 'static {
+    let mut pending = VecDeque::new();
+    let current = state.store.rv();
+    let mut done = false;
+    match params.resource_version.filter(|rv| *rv != 0) {
+        Some(rv) if !params.send_initial_events => match state.store.events_since(rv) {
+            Some(events) => pending.extend(events.iter().filter_map(|e| params.render(e))),
+            None => {
+                let err = ApiError::gone(format!("too old resource version: {rv} ({current})"));
+                pending.push_back(event_line("ERROR", &err.to_status()));
+                done = true;
+            }
+        },
+        _ => {
+            for obj in state.store.list(&params.res.key(), params.ns.as_deref()) {
+                if params.selectors.matches(obj) {
+                    pending.push_back(event_line("ADDED", obj));
+                }
+            }
+            if params.send_initial_events {
+                pending.push_back(params.bookmark(current, true));
+            }
+        }
+    }
+    let period = params.bookmark_interval.max(Duration::from_millis(10));
+    let s = Streaming {
+        deadline: Instant::now() + params.timeout,
+        tick: tokio::time::interval_at(Instant::now() + period, period),
+        rx: state.store.tx.subscribe(),
+        params,
+        pending,
+        last_rv: current,
+        done,
+    };
+    futures::stream::unfold(s, |mut s| async move {
+        loop {
+            if let Some(b) = s.pending.pop_front() {
+                return Some((Ok(b), s));
+            }
+            if s.done {
+                return None;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(s.deadline) => return None,
+                _ = s.tick.tick() => {
+                    if s.params.bookmarks {
+                        let b = s.params.bookmark(s.last_rv, false);
+                        s.pending.push_back(b);
+                    }
+                }
+                msg = s.rx.recv() => match msg {
+                    Ok(Notice::Event(ev)) => {
+                        s.last_rv = ev.rv;
+                        if let Some(b) = s.params.render(&ev) {
+                            s.pending.push_back(b);
+                        }
+                    }
+                    Ok(Notice::Bookmark(rv)) => {
+                        s.last_rv = s.last_rv.max(rv);
+                        if s.params.bookmarks {
+                            let b = s.params.bookmark(s.last_rv, false);
+                            s.pending.push_back(b);
+                        }
+                    }
+                    Ok(Notice::DropAll) | Err(RecvError::Lagged(_)) => {
+                        s.done = true;
+                        let err = io::Error::new(io::ErrorKind::ConnectionAborted, "watch dropped");
+                        return Some((Err(err), s));
+                    }
+                    Err(RecvError::Closed) => return None,
+                },
+            }
+        }
+    })
+}

@@ -1,0 +1,78 @@
+//! Shared helpers for the integration tests.
+#![allow(dead_code)]
+
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube_emulator::{CustomResource, Emulator};
+
+pub fn valkey_cr() -> CustomResource {
+    CustomResource::namespaced("valkey.io", "v1alpha1", "ValkeyCluster", "valkeyclusters")
+}
+
+pub async fn start() -> (Emulator, kube::Client) {
+    let emu = Emulator::builder()
+        .custom_resource(valkey_cr())
+        .start()
+        .await
+        .expect("start");
+    let client = emu.client().await.expect("client");
+    (emu, client)
+}
+
+pub fn vc_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("valkey.io", "v1alpha1", "ValkeyCluster"),
+        "valkeyclusters",
+    )
+}
+
+pub fn vc_api(client: &kube::Client, ns: &str) -> kube::Api<DynamicObject> {
+    kube::Api::namespaced_with(client.clone(), ns, &vc_resource())
+}
+
+pub fn rv(obj: &impl kube::ResourceExt) -> u64 {
+    obj.resource_version().unwrap().parse().unwrap()
+}
+
+pub fn api_code(e: &kube::Error) -> u16 {
+    match e {
+        kube::Error::Api(s) => s.code,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+pub fn api_reason(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.reason.clone(),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// Raw HTTP/1.1 request to the emulator; returns (status, body).
+pub async fn raw(emu: &Emulator, method: &str, path: &str) -> (u16, String) {
+    raw_body(emu, method, path, "application/json", "").await
+}
+
+/// Raw HTTP/1.1 request with a body.
+pub async fn raw_body(
+    emu: &Emulator,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(emu.addr()).await.unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    let code = buf[9..12].parse().unwrap();
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
