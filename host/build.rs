@@ -17,12 +17,27 @@ fn main() {
     }
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let workspace = manifest_dir.parent().unwrap().to_path_buf();
-    for watched in ["guest/src", "guest/Cargo.toml", "wit", "Cargo.toml", "Cargo.lock"] {
-        println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
+    for watched in [
+        "guest/src",
+        "guest/Cargo.toml",
+        "wit",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            workspace.join(watched).display()
+        );
     }
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .map(|d| if d.is_absolute() { d } else { workspace.join(d) })
+        .map(|d| {
+            if d.is_absolute() {
+                d
+            } else {
+                workspace.join(d)
+            }
+        })
         .unwrap_or_else(|| workspace.join("target"))
         .join("guest-build");
     let wasm = build_guest(&workspace, &target_dir);
@@ -33,7 +48,14 @@ fn build_guest(workspace: &Path, target_dir: &Path) -> PathBuf {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace)
-        .args(["build", "--locked", "-p", "shardgate-guest", "--target", "wasm32-wasip2"])
+        .args([
+            "build",
+            "--locked",
+            "-p",
+            "shardgate-guest",
+            "--target",
+            "wasm32-wasip2",
+        ])
         .args(["--profile", "guest", "--target-dir"])
         .arg(target_dir);
     // The outer build's settings are for the host target, not the guest's.
@@ -47,7 +69,9 @@ fn build_guest(workspace: &Path, target_dir: &Path) -> PathBuf {
     ] {
         cmd.env_remove(var);
     }
-    let status = cmd.status().expect("running cargo to build the guest component");
+    let status = cmd
+        .status()
+        .expect("running cargo to build the guest component");
     if !status.success() {
         panic!(
             "building the guest component failed (see above). If the target is missing, run \

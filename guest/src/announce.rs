@@ -61,7 +61,11 @@ impl Announce {
             Some(ip @ IpAddress::V6(_)) => (String::new(), format_ip(ip)),
             None => (String::new(), String::new()),
         };
-        let (port, tls_port) = if self.tls { (0, self.client_port) } else { (self.client_port, 0) };
+        let (port, tls_port) = if self.tls {
+            (0, self.client_port)
+        } else {
+            (self.client_port, 0)
+        };
         let values = [
             self.human_nodename.clone().unwrap_or_default(),
             self.hostname.clone().unwrap_or_default(),
@@ -69,7 +73,12 @@ impl Announce {
             v6,
             port.to_string(),
             tls_port.to_string(),
-            if self.prefer_hostname { "hostname" } else { "ip" }.to_string(),
+            if self.prefer_hostname {
+                "hostname"
+            } else {
+                "ip"
+            }
+            .to_string(),
         ];
         ANNOUNCE_KEYS
             .iter()
@@ -149,7 +158,10 @@ mod tests {
         };
         let s = a.settings();
         assert_eq!(s[4], ("cluster-announce-client-port".into(), "0".into()));
-        assert_eq!(s[5], ("cluster-announce-client-tls-port".into(), "31000".into()));
+        assert_eq!(
+            s[5],
+            ("cluster-announce-client-tls-port".into(), "31000".into())
+        );
         let conf = config("c-0-0", &a);
         assert!(conf.contains("tls-port 6379\n") && conf.contains("port 0\n"));
         assert!(conf.contains("cluster-announce-client-tls-port 31000\n"));

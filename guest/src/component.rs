@@ -19,7 +19,12 @@ impl Guest for Component {
         let input = m::Input {
             cluster: cluster(input.cluster),
             observed: m::Observed {
-                services: input.observed.services.into_iter().map(observed_service).collect(),
+                services: input
+                    .observed
+                    .services
+                    .into_iter()
+                    .map(observed_service)
+                    .collect(),
                 pods: input.observed.pods.into_iter().map(observed_pod).collect(),
             },
             other_clusters: input.other_clusters,
@@ -30,7 +35,10 @@ impl Guest for Component {
     }
 
     fn validate(c: w::Cluster) -> Vec<w::Violation> {
-        crate::validate(&cluster(c)).into_iter().map(violation).collect()
+        crate::validate(&cluster(c))
+            .into_iter()
+            .map(violation)
+            .collect()
     }
 }
 

@@ -85,7 +85,11 @@ impl<'a> Index<'a> {
                 }
             }
         }
-        Index { services, pods, nodes }
+        Index {
+            services,
+            pods,
+            nodes,
+        }
     }
 
     pub fn service(&self, shard: u32) -> Option<&'a ObservedService> {
@@ -93,7 +97,10 @@ impl<'a> Index<'a> {
     }
 
     pub fn pod(&self, shard: u32, node: u32) -> Option<&'a ObservedPod> {
-        self.pods.get((shard * self.nodes + node) as usize).copied().flatten()
+        self.pods
+            .get((shard * self.nodes + node) as usize)
+            .copied()
+            .flatten()
     }
 
     /// The NodePort allocated to `node`'s port on `shard`'s Service, or 0.

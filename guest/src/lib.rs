@@ -74,9 +74,14 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
     if let Some(ea) = ea {
         services = services::shard_services(&cluster.name, ea, &index, shards, nodes);
         service_annotations = sorted(&ea.service_annotations);
-        desired_status.external_endpoints =
-            Some(status::external_endpoints(ea.service_type, &externals, nodes));
-        desired_status.conditions.push(status::external_access_ready(&externals));
+        desired_status.external_endpoints = Some(status::external_endpoints(
+            ea.service_type,
+            &externals,
+            nodes,
+        ));
+        desired_status
+            .conditions
+            .push(status::external_access_ready(&externals));
         if externals.iter().any(|e| e.lb_hostname_fallback) {
             violations.push(Violation {
                 severity: Severity::Warning,
@@ -131,7 +136,10 @@ pub fn common_labels(cluster: &str) -> Vec<Pair> {
 
 fn workload(cluster: &Cluster) -> Workload {
     Workload {
-        image: cluster.image.clone().unwrap_or_else(|| names::DEFAULT_IMAGE.to_string()),
+        image: cluster
+            .image
+            .clone()
+            .unwrap_or_else(|| names::DEFAULT_IMAGE.to_string()),
         command: [
             "valkey-server",
             "/etc/valkey/valkey.conf",

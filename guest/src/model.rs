@@ -16,7 +16,11 @@ pub type Pair = (String, String);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(enum))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
 #[repr(u8)]
 pub enum ServiceType {
     #[default]
@@ -28,7 +32,11 @@ pub enum ServiceType {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(enum))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
 #[repr(u8)]
 pub enum TrafficPolicy {
     #[default]
@@ -40,7 +48,11 @@ pub enum TrafficPolicy {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(enum))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
 #[repr(u8)]
 pub enum EndpointType {
     #[default]
@@ -52,7 +64,11 @@ pub enum EndpointType {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(variant))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(variant)
+)]
 pub enum IpAddress {
     #[cfg_attr(feature = "wasmtime", component(name = "v4"))]
     V4(u32),
@@ -62,7 +78,11 @@ pub enum IpAddress {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct Resources {
     pub requests: Vec<Pair>,
     pub limits: Vec<Pair>,
@@ -70,7 +90,11 @@ pub struct Resources {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct ExternalAccess {
     pub enabled: bool,
     #[cfg_attr(feature = "wasmtime", component(name = "service-type"))]
@@ -103,7 +127,11 @@ impl Default for ExternalAccess {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct Cluster {
     pub name: String,
     pub namespace: String,
@@ -118,7 +146,11 @@ pub struct Cluster {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(variant))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(variant)
+)]
 pub enum Ingress {
     #[cfg_attr(feature = "wasmtime", component(name = "ip"))]
     Ip(IpAddress),
@@ -128,7 +160,11 @@ pub enum Ingress {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct ObservedPort {
     pub node: u32,
     #[cfg_attr(feature = "wasmtime", component(name = "node-port"))]
@@ -137,7 +173,11 @@ pub struct ObservedPort {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct ObservedService {
     pub shard: u32,
     pub ports: Vec<ObservedPort>,
@@ -146,7 +186,11 @@ pub struct ObservedService {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct ObservedPod {
     pub shard: u32,
     pub node: u32,
@@ -157,7 +201,11 @@ pub struct ObservedPod {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct Observed {
     pub services: Vec<ObservedService>,
     pub pods: Vec<ObservedPod>,
@@ -165,7 +213,11 @@ pub struct Observed {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct Input {
     pub cluster: Cluster,
     pub observed: Observed,
@@ -175,7 +227,11 @@ pub struct Input {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(enum))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
 #[repr(u8)]
 pub enum Severity {
     #[cfg_attr(feature = "wasmtime", component(name = "error"))]
@@ -186,7 +242,11 @@ pub enum Severity {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct Violation {
     pub severity: Severity,
     pub field: String,
@@ -205,7 +265,11 @@ impl std::fmt::Display for Violation {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct Error {
     pub violations: Vec<Violation>,
 }
@@ -226,7 +290,11 @@ impl std::error::Error for Error {}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct ServicePort {
     pub node: u32,
     pub name: String,
@@ -237,7 +305,11 @@ pub struct ServicePort {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct ShardService {
     pub shard: u32,
     pub name: String,
@@ -250,7 +322,11 @@ pub struct ShardService {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct Workload {
     pub image: String,
     pub command: Vec<String>,
@@ -261,7 +337,11 @@ pub struct Workload {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct Node {
     pub shard: u32,
     pub node: u32,
@@ -276,7 +356,11 @@ pub struct Node {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct NodeEndpoint {
     pub node: u32,
     pub host: String,
@@ -286,7 +370,11 @@ pub struct NodeEndpoint {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct ShardEndpoint {
     pub shard: u32,
     #[cfg_attr(feature = "wasmtime", component(name = "node-ports"))]
@@ -296,7 +384,11 @@ pub struct ShardEndpoint {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(enum))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
 #[repr(u8)]
 pub enum ConditionStatus {
     #[cfg_attr(feature = "wasmtime", component(name = "true"))]
@@ -319,7 +411,11 @@ impl ConditionStatus {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct Condition {
     #[cfg_attr(feature = "wasmtime", component(name = "type"))]
     pub type_: String,
@@ -330,7 +426,11 @@ pub struct Condition {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct Status {
     #[cfg_attr(feature = "wasmtime", component(name = "external-endpoints"))]
     pub external_endpoints: Option<Vec<ShardEndpoint>>,
@@ -339,7 +439,11 @@ pub struct Status {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower), component(record))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
 pub struct Desired {
     pub labels: Vec<Pair>,
     #[cfg_attr(feature = "wasmtime", component(name = "service-annotations"))]

@@ -109,7 +109,8 @@ pub fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= MAX_LABEL
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
@@ -126,7 +127,8 @@ pub fn is_iana_service_name(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= MAX_PORT_NAME
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b.iter().any(|c| c.is_ascii_lowercase())
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
@@ -149,7 +151,8 @@ pub fn is_qualified_name(s: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
         && b.len() <= MAX_LABEL
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
 }
@@ -164,7 +167,10 @@ mod tests {
         assert_eq!(node_object("c", 2, 1), "valkey-c-2-1");
         assert_eq!(node_name("c", 2, 1), "c-2-1");
         assert_eq!(port_name(12), "vk-n12");
-        assert_eq!(announce_hostname("shard", 3, "example.com."), "shard-3.example.com");
+        assert_eq!(
+            announce_hostname("shard", 3, "example.com."),
+            "shard-3.example.com"
+        );
     }
 
     #[test]
@@ -173,7 +179,14 @@ mod tests {
             assert_eq!(parse_port_name(&port_name(n)), Some(n));
             assert!(is_iana_service_name(&port_name(n)), "{}", port_name(n));
         }
-        for bad in ["vk-n", "vk-n01", "vk-nx", "client", "vk-n-1", "vk-n4294967296"] {
+        for bad in [
+            "vk-n",
+            "vk-n01",
+            "vk-nx",
+            "client",
+            "vk-n-1",
+            "vk-n4294967296",
+        ] {
             assert_eq!(parse_port_name(bad), None, "{bad}");
         }
     }

@@ -54,7 +54,10 @@ pub fn external_access_ready(externals: &[External]) -> Condition {
     } else if count(Pending::NodePort) > 0 {
         (
             "AwaitingNodePorts",
-            format!("{} of {total} nodes have no allocated NodePort yet", count(Pending::NodePort)),
+            format!(
+                "{} of {total} nodes have no allocated NodePort yet",
+                count(Pending::NodePort)
+            ),
         )
     } else if count(Pending::HostIp) > 0 {
         (
@@ -67,7 +70,10 @@ pub fn external_access_ready(externals: &[External]) -> Condition {
     } else {
         let unready = externals.iter().filter(|e| !e.pod_ready).count();
         if unready > 0 {
-            ("AwaitingPods", format!("{unready} of {total} nodes' pods are not ready"))
+            (
+                "AwaitingPods",
+                format!("{unready} of {total} nodes' pods are not ready"),
+            )
         } else {
             return Condition {
                 type_: EXTERNAL_ACCESS_READY.to_string(),

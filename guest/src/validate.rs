@@ -74,7 +74,9 @@ fn check_name(cluster: &Cluster, out: &mut Findings) {
         );
         return;
     }
-    if !(1..=MAX_SHARDS).contains(&cluster.shards) || !(0..=MAX_REPLICAS).contains(&cluster.replicas) {
+    if !(1..=MAX_SHARDS).contains(&cluster.shards)
+        || !(0..=MAX_REPLICAS).contains(&cluster.replicas)
+    {
         return; // lengths depend on valid counts; those errors are reported below
     }
     let last_shard = cluster.shards as u32 - 1;
@@ -107,16 +109,28 @@ fn check_name(cluster: &Cluster, out: &mut Findings) {
 
 fn check_size(cluster: &Cluster, out: &mut Findings) {
     if cluster.shards < 1 {
-        out.error("spec.shards", format!("must be at least 1, got {}", cluster.shards));
+        out.error(
+            "spec.shards",
+            format!("must be at least 1, got {}", cluster.shards),
+        );
     } else if cluster.shards > MAX_SHARDS {
-        out.error("spec.shards", format!("must be at most {MAX_SHARDS}, got {}", cluster.shards));
+        out.error(
+            "spec.shards",
+            format!("must be at most {MAX_SHARDS}, got {}", cluster.shards),
+        );
     }
     if cluster.replicas < 0 {
-        out.error("spec.replicas", format!("must not be negative, got {}", cluster.replicas));
+        out.error(
+            "spec.replicas",
+            format!("must not be negative, got {}", cluster.replicas),
+        );
     } else if cluster.replicas > MAX_REPLICAS {
         out.error(
             "spec.replicas",
-            format!("must be at most {MAX_REPLICAS} per shard, got {}", cluster.replicas),
+            format!(
+                "must be at most {MAX_REPLICAS} per shard, got {}",
+                cluster.replicas
+            ),
         );
     }
 }
@@ -125,7 +139,10 @@ fn check_workload(cluster: &Cluster, out: &mut Findings) {
     if let Some(image) = &cluster.image
         && (image.is_empty() || image.chars().any(char::is_whitespace))
     {
-        out.error("spec.image", format!("{image:?} is not a container image reference"));
+        out.error(
+            "spec.image",
+            format!("{image:?} is not a container image reference"),
+        );
     }
     if let Some(secret) = &cluster.tls
         && !names::is_dns_subdomain(secret)
@@ -133,14 +150,20 @@ fn check_workload(cluster: &Cluster, out: &mut Findings) {
         out.error("spec.tls", format!("{secret:?} is not a valid Secret name"));
     }
     if let Some(resources) = &cluster.resources {
-        for (section, list) in [("requests", &resources.requests), ("limits", &resources.limits)] {
+        for (section, list) in [
+            ("requests", &resources.requests),
+            ("limits", &resources.limits),
+        ] {
             for (key, value) in list {
                 let field = format!("spec.resources.{section}.{key}");
                 if !names::is_qualified_name(key) {
                     out.error(&field, format!("{key:?} is not a valid resource name"));
                 }
                 if !is_quantity(value) {
-                    out.error(field, format!("{value:?} is not a quantity (e.g. 500m, 1Gi)"));
+                    out.error(
+                        field,
+                        format!("{value:?} is not a quantity (e.g. 500m, 1Gi)"),
+                    );
                 }
             }
         }

@@ -44,12 +44,20 @@ fn run(c: Cluster, observed: Observed) -> Desired {
 fn errors(c: Cluster) -> Vec<(String, String)> {
     match reconcile(&input(c, Observed::default())) {
         Ok(_) => vec![],
-        Err(e) => e.violations.into_iter().map(|v| (v.field, v.message)).collect(),
+        Err(e) => e
+            .violations
+            .into_iter()
+            .map(|v| (v.field, v.message))
+            .collect(),
     }
 }
 
 fn announce<'a>(d: &'a Desired, shard: u32, node: u32, key: &str) -> &'a str {
-    let n = d.nodes.iter().find(|n| n.shard == shard && n.node == node).unwrap();
+    let n = d
+        .nodes
+        .iter()
+        .find(|n| n.shard == shard && n.node == node)
+        .unwrap();
     &n.announce.iter().find(|(k, _)| k == key).unwrap().1
 }
 
@@ -79,11 +87,22 @@ const HOST: u32 = 0x0a00_0005; // 10.0.0.5
 fn sample_hostname_cluster_without_observed_state() {
     let d = run(cluster(3, 1, Some(hostname_ea())), Observed::default());
     let names: Vec<_> = d.services.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["valkey-demo-shard-0", "valkey-demo-shard-1", "valkey-demo-shard-2"]);
+    assert_eq!(
+        names,
+        [
+            "valkey-demo-shard-0",
+            "valkey-demo-shard-1",
+            "valkey-demo-shard-2"
+        ]
+    );
     for s in &d.services {
         assert_eq!(s.service_type, ServiceType::NodePort);
         assert_eq!(s.external_traffic_policy, TrafficPolicy::Cluster);
-        let p: Vec<_> = s.ports.iter().map(|p| (p.name.as_str(), p.port, p.node_port)).collect();
+        let p: Vec<_> = s
+            .ports
+            .iter()
+            .map(|p| (p.name.as_str(), p.port, p.node_port))
+            .collect();
         assert_eq!(p, [("vk-n0", 6379, 0), ("vk-n1", 6380, 0)]);
     }
     assert_eq!(d.nodes.len(), 6);
@@ -93,7 +112,10 @@ fn sample_hostname_cluster_without_observed_state() {
     assert_eq!(n.node_name, "demo-1-1");
     assert_eq!(n.port_name, "vk-n1");
     // No NodePort yet: only the human name is announced, no endpoint.
-    assert_eq!(announce(&d, 1, 1, "cluster-announce-human-nodename"), "demo-1-1");
+    assert_eq!(
+        announce(&d, 1, 1, "cluster-announce-human-nodename"),
+        "demo-1-1"
+    );
     assert_eq!(announce(&d, 1, 1, "cluster-announce-client-port"), "0");
     assert_eq!(announce(&d, 1, 1, "cluster-announce-hostname"), "");
     let eps = d.status.external_endpoints.as_ref().unwrap();
@@ -109,19 +131,38 @@ fn sample_hostname_cluster_without_observed_state() {
 #[test]
 fn allocated_node_ports_are_kept_and_announced() {
     let observed = Observed {
-        services: (0..3).map(|s| ports(s, &[(0, 31000 + 10 * s), (1, 31001 + 10 * s)])).collect(),
-        pods: (0..3).flat_map(|s| (0..2).map(move |n| pod(s, n, None))).collect(),
+        services: (0..3)
+            .map(|s| ports(s, &[(0, 31000 + 10 * s), (1, 31001 + 10 * s)]))
+            .collect(),
+        pods: (0..3)
+            .flat_map(|s| (0..2).map(move |n| pod(s, n, None)))
+            .collect(),
     };
     let d = run(cluster(3, 1, Some(hostname_ea())), observed);
     assert_eq!(d.services[2].ports[1].node_port, 31021);
     assert_eq!(announce(&d, 2, 1, "cluster-announce-client-port"), "31021");
-    assert_eq!(announce(&d, 2, 1, "cluster-announce-hostname"), "shard-2.valkey.example.com");
-    assert_eq!(announce(&d, 2, 1, "cluster-preferred-endpoint-type"), "hostname");
+    assert_eq!(
+        announce(&d, 2, 1, "cluster-announce-hostname"),
+        "shard-2.valkey.example.com"
+    );
+    assert_eq!(
+        announce(&d, 2, 1, "cluster-preferred-endpoint-type"),
+        "hostname"
+    );
     let node = &d.nodes[5];
     assert!(node.config.contains("cluster-announce-client-port 31021\n"));
-    assert!(node.config.contains("cluster-announce-hostname shard-2.valkey.example.com\n"));
-    assert!(node.config.contains("cluster-preferred-endpoint-type hostname\n"));
-    assert!(node.config.contains("cluster-announce-human-nodename demo-2-1\n"));
+    assert!(
+        node.config
+            .contains("cluster-announce-hostname shard-2.valkey.example.com\n")
+    );
+    assert!(
+        node.config
+            .contains("cluster-preferred-endpoint-type hostname\n")
+    );
+    assert!(
+        node.config
+            .contains("cluster-announce-human-nodename demo-2-1\n")
+    );
     let eps = d.status.external_endpoints.as_ref().unwrap();
     assert_eq!(eps[1].node_ports, [31010, 31011]);
     assert_eq!(eps[1].nodes[0].host, "shard-1.valkey.example.com");
@@ -138,7 +179,11 @@ fn node_ports_are_matched_by_port_name_not_position() {
         pods: vec![],
     };
     let d = run(cluster(1, 2, Some(ExternalAccess::default())), observed);
-    let p: Vec<_> = d.services[0].ports.iter().map(|p| (p.node, p.node_port)).collect();
+    let p: Vec<_> = d.services[0]
+        .ports
+        .iter()
+        .map(|p| (p.node, p.node_port))
+        .collect();
     assert_eq!(p, [(0, 30000), (1, 0), (2, 30002)]);
 }
 
@@ -164,11 +209,17 @@ fn ip_mode_never_announces_a_port_without_a_reachable_ip() {
         pods: vec![pod(0, 0, Some(HOST))],
     };
     let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
-    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-ipv4"), "10.0.0.5");
+    assert_eq!(
+        announce(&d, 0, 0, "cluster-announce-client-ipv4"),
+        "10.0.0.5"
+    );
     assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "30000");
     assert_eq!(announce(&d, 0, 0, "cluster-preferred-endpoint-type"), "ip");
     let ep = &d.status.external_endpoints.as_ref().unwrap()[0];
-    assert_eq!((ep.nodes[0].host.as_str(), ep.nodes[0].port), ("10.0.0.5", 30000));
+    assert_eq!(
+        (ep.nodes[0].host.as_str(), ep.nodes[0].port),
+        ("10.0.0.5", 30000)
+    );
     assert!(ep.nodes[0].ready);
 }
 
@@ -184,7 +235,10 @@ fn ipv6_host_ip_is_announced_as_client_ipv6() {
         }],
     };
     let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
-    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-ipv6"), "2001:db8::1");
+    assert_eq!(
+        announce(&d, 0, 0, "cluster-announce-client-ipv6"),
+        "2001:db8::1"
+    );
     assert_eq!(announce(&d, 0, 0, "cluster-announce-client-ipv4"), "");
 }
 
@@ -213,10 +267,16 @@ fn load_balancer_ingress_ip_is_announced() {
         pods: vec![pod(0, 0, Some(HOST)), pod(0, 1, Some(HOST))],
     };
     let d = run(cluster(1, 1, Some(lb_ea())), observed);
-    assert_eq!(announce(&d, 0, 1, "cluster-announce-client-ipv4"), "127.0.2.1");
+    assert_eq!(
+        announce(&d, 0, 1, "cluster-announce-client-ipv4"),
+        "127.0.2.1"
+    );
     assert_eq!(announce(&d, 0, 1, "cluster-announce-client-port"), "6380");
     let ep = &d.status.external_endpoints.as_ref().unwrap()[0];
-    assert_eq!((ep.nodes[1].host.as_str(), ep.nodes[1].port), ("127.0.2.1", 6380));
+    assert_eq!(
+        (ep.nodes[1].host.as_str(), ep.nodes[1].port),
+        ("127.0.2.1", 6380)
+    );
     assert_eq!(d.status.conditions[0].status, ConditionStatus::True);
 }
 
@@ -231,10 +291,20 @@ fn hostname_only_load_balancer_announces_its_hostname() {
             pods: vec![pod(0, 0, Some(HOST))],
         },
     );
-    assert_eq!(announce(&d, 0, 0, "cluster-announce-hostname"), "abc.elb.amazonaws.com");
-    assert_eq!(announce(&d, 0, 0, "cluster-preferred-endpoint-type"), "hostname");
+    assert_eq!(
+        announce(&d, 0, 0, "cluster-announce-hostname"),
+        "abc.elb.amazonaws.com"
+    );
+    assert_eq!(
+        announce(&d, 0, 0, "cluster-preferred-endpoint-type"),
+        "hostname"
+    );
     assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "6379");
-    assert!(d.warnings.iter().any(|w| w.field == "spec.externalAccess.preferredEndpointType"));
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w.field == "spec.externalAccess.preferredEndpointType")
+    );
 }
 
 #[test]
@@ -244,7 +314,11 @@ fn replicas_one_to_two_adds_ports_and_keeps_node_ports() {
         pods: vec![],
     };
     let d = run(cluster(1, 2, Some(ExternalAccess::default())), observed);
-    let p: Vec<_> = d.services[0].ports.iter().map(|p| (p.name.as_str(), p.node_port)).collect();
+    let p: Vec<_> = d.services[0]
+        .ports
+        .iter()
+        .map(|p| (p.name.as_str(), p.node_port))
+        .collect();
     assert_eq!(p, [("vk-n0", 30100), ("vk-n1", 30101), ("vk-n2", 0)]);
 }
 
@@ -309,7 +383,10 @@ fn tls_announces_the_client_tls_port() {
             pods: vec![],
         },
     );
-    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-tls-port"), "30500");
+    assert_eq!(
+        announce(&d, 0, 0, "cluster-announce-client-tls-port"),
+        "30500"
+    );
     assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "0");
     assert!(d.nodes[0].config.contains("tls-port 6379\n"));
     assert_eq!(d.workload.tls_secret.as_deref(), Some("valkey-tls"));
@@ -355,8 +432,14 @@ fn every_validation_error_names_its_field() {
     assert_eq!(field(cluster(1001, 0, None)), ["spec.shards"]);
     assert_eq!(field(cluster(1, -1, None)), ["spec.replicas"]);
     assert_eq!(field(cluster(1, 16, None)), ["spec.replicas"]);
-    assert_eq!(field(with(&|ea| ea.domain = Some("Bad_Domain".into()))), ["spec.externalAccess.domain"]);
-    assert_eq!(field(with(&|ea| ea.domain = Some(String::new()))), ["spec.externalAccess.domain"]);
+    assert_eq!(
+        field(with(&|ea| ea.domain = Some("Bad_Domain".into()))),
+        ["spec.externalAccess.domain"]
+    );
+    assert_eq!(
+        field(with(&|ea| ea.domain = Some(String::new()))),
+        ["spec.externalAccess.domain"]
+    );
     assert_eq!(
         field(with(&|ea| ea.hostname_prefix = "-x".into())),
         ["spec.externalAccess.hostnamePrefix"]
@@ -368,22 +451,36 @@ fn every_validation_error_names_its_field() {
     assert_eq!(
         field(with(&|ea| {
             ea.hostname_prefix = "a".repeat(60);
-            ea.domain = Some(["b".repeat(60), "c".repeat(60), "d".repeat(60), "e".repeat(60)].join("."));
+            ea.domain = Some(
+                [
+                    "b".repeat(60),
+                    "c".repeat(60),
+                    "d".repeat(60),
+                    "e".repeat(60),
+                ]
+                .join("."),
+            );
         })),
         ["spec.externalAccess.domain"]
     );
     assert_eq!(
-        field(with(&|ea| ea.preferred_endpoint_type = EndpointType::Hostname)),
+        field(with(
+            &|ea| ea.preferred_endpoint_type = EndpointType::Hostname
+        )),
         ["spec.externalAccess.domain"]
     );
     // W11: the hostname rule only applies when enabled.
-    assert!(field(with(&|ea| {
-        ea.enabled = false;
-        ea.preferred_endpoint_type = EndpointType::Hostname;
-    }))
-    .is_empty());
+    assert!(
+        field(with(&|ea| {
+            ea.enabled = false;
+            ea.preferred_endpoint_type = EndpointType::Hostname;
+        }))
+        .is_empty()
+    );
     assert_eq!(
-        field(with(&|ea| ea.service_annotations = vec![("bad key".into(), "v".into())])),
+        field(with(
+            &|ea| ea.service_annotations = vec![("bad key".into(), "v".into())]
+        )),
         ["spec.externalAccess.serviceAnnotations[\"bad key\"]"]
     );
     let mut c = cluster(1, 0, None);
@@ -407,14 +504,23 @@ fn every_validation_error_names_its_field() {
     });
     assert_eq!(field(c), ["spec.resources.requests.cpu"]);
     // Several errors are all reported, in a fixed order.
-    let mut c = cluster(0, -1, Some(ExternalAccess {
-        domain: Some("..".into()),
-        ..ExternalAccess::default()
-    }));
+    let mut c = cluster(
+        0,
+        -1,
+        Some(ExternalAccess {
+            domain: Some("..".into()),
+            ..ExternalAccess::default()
+        }),
+    );
     c.name = "X".into();
     assert_eq!(
         field(c),
-        ["metadata.name", "spec.shards", "spec.replicas", "spec.externalAccess.domain"]
+        [
+            "metadata.name",
+            "spec.shards",
+            "spec.replicas",
+            "spec.externalAccess.domain"
+        ]
     );
 }
 
@@ -430,7 +536,10 @@ fn validate_reports_warnings_and_errors_without_observed_state() {
         got,
         [
             (Severity::Error, "spec.shards"),
-            (Severity::Warning, "spec.externalAccess.externalTrafficPolicy")
+            (
+                Severity::Warning,
+                "spec.externalAccess.externalTrafficPolicy"
+            )
         ]
     );
 }
@@ -454,6 +563,9 @@ fn output_ignores_observed_objects_out_of_range() {
         pods: vec![pod(0, 9, Some(HOST)), pod(9, 0, Some(HOST))],
     };
     let a = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
-    let b = run(cluster(1, 0, Some(ExternalAccess::default())), Observed::default());
+    let b = run(
+        cluster(1, 0, Some(ExternalAccess::default())),
+        Observed::default(),
+    );
     assert_eq!(a, b);
 }

@@ -11,9 +11,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use k8s_openapi::api::apps::v1::{
-    StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy,
-};
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, PodTemplateSpec,
@@ -98,7 +96,10 @@ pub fn input<'a>(
                 .into_iter()
                 .filter_map(|s| observed_service(&name, s))
                 .collect(),
-            pods: pods.into_iter().filter_map(|p| observed_pod(&name, p)).collect(),
+            pods: pods
+                .into_iter()
+                .filter_map(|p| observed_pod(&name, p))
+                .collect(),
         },
         other_clusters,
     }
@@ -148,7 +149,10 @@ pub fn observed_service(cluster: &str, svc: &Service) -> Option<m::ObservedServi
             if let Some(ip) = i.ip.as_deref().and_then(parse_ip) {
                 Some(m::Ingress::Ip(ip))
             } else {
-                i.hostname.clone().filter(|h| !h.is_empty()).map(m::Ingress::Hostname)
+                i.hostname
+                    .clone()
+                    .filter(|h| !h.is_empty())
+                    .map(m::Ingress::Hostname)
             }
         })
         .collect();
@@ -323,7 +327,13 @@ pub fn objects(vc: &ValkeyCluster, desired: &Desired) -> Objects {
                     }),
                     status: None,
                 },
-                stateful_set: stateful_set(meta(&n.name, labels.clone()), labels, selector, n, desired),
+                stateful_set: stateful_set(
+                    meta(&n.name, labels.clone()),
+                    labels,
+                    selector,
+                    n,
+                    desired,
+                ),
             }
         })
         .collect();

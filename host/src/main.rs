@@ -12,7 +12,11 @@ use shardgate::render::{self, Observed, RenderError};
 use shardgate::runtime::{Limits, Module, Runtime};
 
 #[derive(Parser)]
-#[command(name = "shardgate", version, about = "Makes a Valkey cluster reachable from outside Kubernetes.")]
+#[command(
+    name = "shardgate",
+    version,
+    about = "Makes a Valkey cluster reachable from outside Kubernetes."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -74,7 +78,9 @@ fn load_module(runtime: &Runtime, path: Option<&PathBuf>) -> anyhow::Result<Modu
     match path {
         Some(p) => {
             let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
-            runtime.load(&bytes).with_context(|| format!("loading module {}", p.display()))
+            runtime
+                .load(&bytes)
+                .with_context(|| format!("loading module {}", p.display()))
         }
         None => runtime.load_embedded(),
     }

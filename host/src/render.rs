@@ -42,7 +42,10 @@ pub struct Rendered {
 /// Parses a ValkeyCluster manifest (YAML or JSON). Errors name the field.
 pub fn parse_cluster(text: &str) -> anyhow::Result<ValkeyCluster> {
     let value: serde_json::Value = serde_yaml::from_str(text).context("not valid YAML")?;
-    let api_version = value.get("apiVersion").and_then(|v| v.as_str()).unwrap_or("");
+    let api_version = value
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
     let kind = value.get("kind").and_then(|v| v.as_str()).unwrap_or("");
     let want = ValkeyCluster::api_version(&());
     if api_version != want || kind != ValkeyCluster::kind(&()) {
@@ -70,7 +73,11 @@ pub fn parse_observed(text: &str, into: &mut Observed) -> anyhow::Result<()> {
 }
 
 fn add_object(value: serde_json::Value, into: &mut Observed) -> anyhow::Result<()> {
-    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("").to_string();
+    let kind = value
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or("")
+        .to_string();
     let name = value
         .pointer("/metadata/name")
         .and_then(|n| n.as_str())
@@ -82,14 +89,24 @@ fn add_object(value: serde_json::Value, into: &mut Observed) -> anyhow::Result<(
     };
     match kind.as_str() {
         "List" | "ServiceList" | "PodList" | "ValkeyClusterList" => {
-            let items = value.get("items").and_then(|i| i.as_array()).cloned().unwrap_or_default();
+            let items = value
+                .get("items")
+                .and_then(|i| i.as_array())
+                .cloned()
+                .unwrap_or_default();
             for (i, item) in items.into_iter().enumerate() {
                 add_object(item, into).with_context(|| format!("items[{i}]"))?;
             }
         }
-        "Service" => into.services.push(serde_path_to_error::deserialize(value).map_err(at)?),
-        "Pod" => into.pods.push(serde_path_to_error::deserialize(value).map_err(at)?),
-        "ValkeyCluster" => into.clusters.push(serde_path_to_error::deserialize(value).map_err(at)?),
+        "Service" => into
+            .services
+            .push(serde_path_to_error::deserialize(value).map_err(at)?),
+        "Pod" => into
+            .pods
+            .push(serde_path_to_error::deserialize(value).map_err(at)?),
+        "ValkeyCluster" => into
+            .clusters
+            .push(serde_path_to_error::deserialize(value).map_err(at)?),
         _ => {}
     }
     Ok(())

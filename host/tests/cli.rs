@@ -18,14 +18,22 @@ fn shardgate(args: &[&str]) -> Output {
 }
 
 fn sample(name: &str) -> String {
-    repo().join("deploy/samples").join(name).display().to_string()
+    repo()
+        .join("deploy/samples")
+        .join(name)
+        .display()
+        .to_string()
 }
 
 fn render_json(args: &[&str]) -> Value {
     let mut all = vec!["render", "-o", "json"];
     all.extend_from_slice(args);
     let out = shardgate(&all);
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("render prints JSON")
 }
 
@@ -55,8 +63,18 @@ fn render_sample_prints_services_node_objects_and_status() {
         .iter()
         .filter(|s| s["spec"]["type"] == "NodePort")
         .collect();
-    let names: Vec<_> = shard_services.iter().map(|s| s["metadata"]["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["valkey-demo-shard-0", "valkey-demo-shard-1", "valkey-demo-shard-2"]);
+    let names: Vec<_> = shard_services
+        .iter()
+        .map(|s| s["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "valkey-demo-shard-0",
+            "valkey-demo-shard-1",
+            "valkey-demo-shard-2"
+        ]
+    );
     let s0 = shard_services[0];
     assert_eq!(s0["spec"]["externalTrafficPolicy"], "Cluster");
     assert_eq!(
@@ -66,8 +84,14 @@ fn render_sample_prints_services_node_objects_and_status() {
             {"name": "vk-n1", "port": 6380, "protocol": "TCP", "targetPort": "vk-n1"}
         ])
     );
-    assert_eq!(s0["spec"]["selector"], json!({"valkey.io/cluster": "demo", "valkey.io/shard-index": "0"}));
-    assert_eq!(s0["metadata"]["labels"]["app.kubernetes.io/managed-by"], "shardgate");
+    assert_eq!(
+        s0["spec"]["selector"],
+        json!({"valkey.io/cluster": "demo", "valkey.io/shard-index": "0"})
+    );
+    assert_eq!(
+        s0["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "shardgate"
+    );
     // 6 nodes: a headless Service, a ConfigMap and a StatefulSet each.
     assert_eq!(services.len(), 3 + 6);
     assert_eq!(items(&list, "ConfigMap").len(), 6);
@@ -103,7 +127,10 @@ fn render_sample_prints_services_node_objects_and_status() {
     assert_eq!(eps[2]["shardIndex"], 2);
     assert_eq!(eps[2]["nodePorts"], json!([0, 0]));
     let cond = &cluster["status"]["conditions"][0];
-    assert_eq!((cond["type"].as_str(), cond["reason"].as_str()), (Some("ExternalAccessReady"), Some("AwaitingNodePorts")));
+    assert_eq!(
+        (cond["type"].as_str(), cond["reason"].as_str()),
+        (Some("ExternalAccessReady"), Some("AwaitingNodePorts"))
+    );
 }
 
 #[test]
@@ -112,25 +139,63 @@ fn render_with_observed_node_ports_keeps_and_announces_them() {
     // Turn the rendered shard Services into what the API server stores:
     // NodePorts allocated.
     let mut observed = Vec::new();
-    for (s, svc) in items(&first, "Service").into_iter().filter(|s| s["spec"]["type"] == "NodePort").enumerate() {
+    for (s, svc) in items(&first, "Service")
+        .into_iter()
+        .filter(|s| s["spec"]["type"] == "NodePort")
+        .enumerate()
+    {
         let mut svc = svc.clone();
-        for (n, port) in svc["spec"]["ports"].as_array_mut().unwrap().iter_mut().enumerate() {
+        for (n, port) in svc["spec"]["ports"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .enumerate()
+        {
             port["nodePort"] = json!(31000 + 10 * s + n);
         }
         observed.push(svc);
     }
-    let file = tmp("observed.json", &json!({"apiVersion": "v1", "kind": "List", "items": observed}).to_string());
-    let list = render_json(&["-f", &sample("valkeycluster-external.yaml"), "--observed", file.to_str().unwrap()]);
-    let shard2 = items(&list, "Service").into_iter().find(|s| s["metadata"]["name"] == "valkey-demo-shard-2").unwrap();
+    let file = tmp(
+        "observed.json",
+        &json!({"apiVersion": "v1", "kind": "List", "items": observed}).to_string(),
+    );
+    let list = render_json(&[
+        "-f",
+        &sample("valkeycluster-external.yaml"),
+        "--observed",
+        file.to_str().unwrap(),
+    ]);
+    let shard2 = items(&list, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "valkey-demo-shard-2")
+        .unwrap();
     assert_eq!(shard2["spec"]["ports"][1]["nodePort"], 31021);
-    let cm = items(&list, "ConfigMap").into_iter().find(|c| c["metadata"]["name"] == "valkey-demo-2-1").unwrap();
+    let cm = items(&list, "ConfigMap")
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == "valkey-demo-2-1")
+        .unwrap();
     let conf = cm["data"]["valkey.conf"].as_str().unwrap();
-    assert!(conf.contains("cluster-announce-client-port 31021\n"), "{conf}");
-    assert!(conf.contains("cluster-announce-hostname shard-2.valkey.example.com\n"), "{conf}");
-    assert!(conf.contains("cluster-preferred-endpoint-type hostname\n"), "{conf}");
+    assert!(
+        conf.contains("cluster-announce-client-port 31021\n"),
+        "{conf}"
+    );
+    assert!(
+        conf.contains("cluster-announce-hostname shard-2.valkey.example.com\n"),
+        "{conf}"
+    );
+    assert!(
+        conf.contains("cluster-preferred-endpoint-type hostname\n"),
+        "{conf}"
+    );
     let cluster = items(&list, "ValkeyCluster")[0];
-    assert_eq!(cluster["status"]["externalEndpoints"][2]["nodePorts"], json!([31020, 31021]));
-    assert_eq!(cluster["status"]["externalEndpoints"][2]["nodes"][1]["host"], "shard-2.valkey.example.com");
+    assert_eq!(
+        cluster["status"]["externalEndpoints"][2]["nodePorts"],
+        json!([31020, 31021])
+    );
+    assert_eq!(
+        cluster["status"]["externalEndpoints"][2]["nodes"][1]["host"],
+        "shard-2.valkey.example.com"
+    );
 }
 
 #[test]
@@ -146,19 +211,30 @@ fn assert_refused(manifest: &str, expect_in_stderr: &str) {
     let out = shardgate(&["render", "-f", file.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "accepted: {manifest}");
-    assert!(out.stdout.is_empty(), "printed to stdout on error: {}", String::from_utf8_lossy(&out.stdout));
-    assert!(stderr.contains(expect_in_stderr), "stderr lacks {expect_in_stderr:?}: {stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "printed to stdout on error: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stderr.contains(expect_in_stderr),
+        "stderr lacks {expect_in_stderr:?}: {stderr}"
+    );
 }
 
 #[test]
 fn invalid_input_prints_nothing_and_names_the_field() {
     let head = "apiVersion: valkey.io/v1alpha1\nkind: ValkeyCluster\nmetadata: {name: demo, namespace: default}\n";
     assert_refused(
-        &format!("{head}spec: {{shards: 3, externalAccess: {{enabled: true, domain: 'Not_A_Domain'}}}}\n"),
+        &format!(
+            "{head}spec: {{shards: 3, externalAccess: {{enabled: true, domain: 'Not_A_Domain'}}}}\n"
+        ),
         "spec.externalAccess.domain",
     );
     assert_refused(
-        &format!("{head}spec: {{shards: 3, externalAccess: {{enabled: true, preferredEndpointType: hostname}}}}\n"),
+        &format!(
+            "{head}spec: {{shards: 3, externalAccess: {{enabled: true, preferredEndpointType: hostname}}}}\n"
+        ),
         "spec.externalAccess.domain: is required when preferredEndpointType is hostname",
     );
     assert_refused(&format!("{head}spec: {{shards: 0}}\n"), "spec.shards");
@@ -167,7 +243,10 @@ fn invalid_input_prints_nothing_and_names_the_field() {
         &format!("{head}spec: {{externalAccess: {{enabled: true, serviceType: ClusterIP}}}}\n"),
         "spec.externalAccess.serviceType",
     );
-    assert_refused("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "expected valkey.io/v1alpha1/ValkeyCluster");
+    assert_refused(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+        "expected valkey.io/v1alpha1/ValkeyCluster",
+    );
     assert_refused("{not yaml", "not valid YAML");
 }
 
@@ -175,7 +254,8 @@ fn invalid_input_prints_nothing_and_names_the_field() {
 fn committed_crd_is_current() {
     let out = shardgate(&["crd"]);
     assert!(out.status.success());
-    let committed = std::fs::read_to_string(repo().join("deploy/crds/valkeyclusters.valkey.io.yaml")).unwrap();
+    let committed =
+        std::fs::read_to_string(repo().join("deploy/crds/valkeyclusters.valkey.io.yaml")).unwrap();
     assert!(
         committed == String::from_utf8(out.stdout).unwrap(),
         "deploy/crds/valkeyclusters.valkey.io.yaml is stale: run `cargo run -p shardgate -- crd > deploy/crds/valkeyclusters.valkey.io.yaml`"
@@ -184,10 +264,17 @@ fn committed_crd_is_current() {
 
 #[test]
 fn every_subcommand_has_help() {
-    for args in [vec!["--help"], vec!["render", "--help"], vec!["crd", "--help"]] {
+    for args in [
+        vec!["--help"],
+        vec!["render", "--help"],
+        vec!["crd", "--help"],
+    ] {
         let out = shardgate(&args);
         assert!(out.status.success(), "{args:?}");
-        assert!(String::from_utf8_lossy(&out.stdout).contains("Usage"), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("Usage"),
+            "{args:?}"
+        );
     }
 }
 
@@ -196,6 +283,11 @@ fn every_sample_renders() {
     for entry in std::fs::read_dir(repo().join("deploy/samples")).unwrap() {
         let path = entry.unwrap().path();
         let out = shardgate(&["render", "-f", path.to_str().unwrap()]);
-        assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

@@ -2,7 +2,12 @@
 
 use shardgate::crd::*;
 
-fn cluster(name: &str, shards: i32, replicas: i32, ea: Option<ExternalAccessSpec>) -> ValkeyCluster {
+fn cluster(
+    name: &str,
+    shards: i32,
+    replicas: i32,
+    ea: Option<ExternalAccessSpec>,
+) -> ValkeyCluster {
     let mut vc = ValkeyCluster::new(
         name,
         ValkeyClusterSpec {
@@ -40,22 +45,39 @@ fn rejected(vc: &ValkeyCluster) -> String {
 #[test]
 fn valid_clusters_pass() {
     cluster("demo", 3, 1, None).validate_cel().unwrap();
-    cluster("demo", 3, 1, Some(ea(true, EndpointType::Hostname, Some("valkey.example.com"))))
+    cluster(
+        "demo",
+        3,
+        1,
+        Some(ea(true, EndpointType::Hostname, Some("valkey.example.com"))),
+    )
+    .validate_cel()
+    .unwrap();
+    // Upstream W11: the hostname rule applies only when enabled.
+    cluster("demo", 3, 1, Some(ea(false, EndpointType::Hostname, None)))
         .validate_cel()
         .unwrap();
-    // Upstream W11: the hostname rule applies only when enabled.
-    cluster("demo", 3, 1, Some(ea(false, EndpointType::Hostname, None))).validate_cel().unwrap();
 }
 
 #[test]
 fn hostname_without_domain_is_rejected_when_enabled() {
-    let msg = rejected(&cluster("demo", 3, 1, Some(ea(true, EndpointType::Hostname, None))));
+    let msg = rejected(&cluster(
+        "demo",
+        3,
+        1,
+        Some(ea(true, EndpointType::Hostname, None)),
+    ));
     assert!(msg.contains("domain is required"), "{msg}");
 }
 
 #[test]
 fn bad_domain_and_prefix_are_rejected() {
-    let msg = rejected(&cluster("demo", 3, 1, Some(ea(true, EndpointType::Ip, Some("Bad_Domain")))));
+    let msg = rejected(&cluster(
+        "demo",
+        3,
+        1,
+        Some(ea(true, EndpointType::Ip, Some("Bad_Domain"))),
+    ));
     assert!(msg.contains("domain must be a valid DNS name"), "{msg}");
     let mut e = ea(true, EndpointType::Ip, None);
     e.hostname_prefix = "-bad".into();
@@ -67,7 +89,9 @@ fn bad_domain_and_prefix_are_rejected() {
 fn names_that_make_invalid_object_names_are_rejected() {
     let msg = rejected(&cluster(&"a".repeat(42), 10, 1, None));
     assert!(msg.contains("too long"), "{msg}");
-    cluster(&"a".repeat(41), 10, 1, None).validate_cel().unwrap();
+    cluster(&"a".repeat(41), 10, 1, None)
+        .validate_cel()
+        .unwrap();
     let msg = rejected(&cluster("has.dot", 1, 0, None));
     assert!(msg.contains("DNS label"), "{msg}");
 }

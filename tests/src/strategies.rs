@@ -28,11 +28,14 @@ pub fn external_access() -> impl Strategy<Value = ExternalAccess> {
         prop_oneof![4 => Just(TrafficPolicy::Cluster), 1 => Just(TrafficPolicy::Local)],
         vec(("[a-z]{1,5}\\.io/[a-z]{1,8}", "[ -~]{0,12}"), 0..3),
         prop_oneof![9 => "[a-z]{1,8}", 1 => "[a-zA-Z_-]{0,70}"],
-        option::weighted(0.6, prop_oneof![9 => "[a-z]{1,8}(\\.[a-z]{2,6}){1,2}", 1 => ".{0,10}"]),
+        option::weighted(
+            0.6,
+            prop_oneof![9 => "[a-z]{1,8}(\\.[a-z]{2,6}){1,2}", 1 => ".{0,10}"],
+        ),
         prop_oneof![Just(EndpointType::Ip), Just(EndpointType::Hostname)],
     )
-        .prop_map(|(enabled, service_type, policy, annotations, prefix, domain, pref)| {
-            ExternalAccess {
+        .prop_map(
+            |(enabled, service_type, policy, annotations, prefix, domain, pref)| ExternalAccess {
                 enabled,
                 service_type,
                 external_traffic_policy: policy,
@@ -40,8 +43,8 @@ pub fn external_access() -> impl Strategy<Value = ExternalAccess> {
                 hostname_prefix: prefix,
                 domain,
                 preferred_endpoint_type: pref,
-            }
-        })
+            },
+        )
 }
 
 pub fn cluster() -> impl Strategy<Value = Cluster> {
@@ -93,7 +96,10 @@ pub fn observed(shards: u32, nodes: u32) -> impl Strategy<Value = Observed> {
             ready,
         },
     );
-    (vec(service, 0..(s as usize + 1)), vec(pod, 0..((s * n) as usize + 1)))
+    (
+        vec(service, 0..(s as usize + 1)),
+        vec(pod, 0..((s * n) as usize + 1)),
+    )
         .prop_map(|(services, pods)| Observed { services, pods })
 }
 

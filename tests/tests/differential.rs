@@ -50,5 +50,8 @@ fn a_large_cluster_is_identical_too() {
     };
     let native = Native.reconcile(&input).unwrap().unwrap();
     assert_eq!(native.nodes.len(), 2500);
-    assert_eq!(json(&native), json(&MODULE.reconcile(&input).unwrap().unwrap()));
+    assert_eq!(
+        json(&native),
+        json(&MODULE.reconcile(&input).unwrap().unwrap())
+    );
 }

@@ -135,9 +135,22 @@ fn prefix_related_cluster_names_do_not_collide() {
         replicas: 11,
         ..Cluster::default()
     };
-    let mine: BTreeSet<_> = shardgate_guest::generated_names(&base).into_iter().collect();
-    for other in ["c-shard", "c-shard-0", "c-0", "c-0-1", "c-1-0", "c-11", "c-shard-1-0"] {
-        let o = Cluster { name: other.into(), ..base.clone() };
+    let mine: BTreeSet<_> = shardgate_guest::generated_names(&base)
+        .into_iter()
+        .collect();
+    for other in [
+        "c-shard",
+        "c-shard-0",
+        "c-0",
+        "c-0-1",
+        "c-1-0",
+        "c-11",
+        "c-shard-1-0",
+    ] {
+        let o = Cluster {
+            name: other.into(),
+            ..base.clone()
+        };
         for n in shardgate_guest::generated_names(&o) {
             assert!(!mine.contains(&n), "{n} from {other}");
         }

@@ -31,7 +31,9 @@ fn runtime() -> Runtime {
 #[test]
 fn misbehaving_module_is_stopped_with_the_right_error() {
     let rt = runtime();
-    let module = rt.load(MISBEHAVE).expect("misbehave exports the reconcile world");
+    let module = rt
+        .load(MISBEHAVE)
+        .expect("misbehave exports the reconcile world");
 
     // A well-behaved call answers: the guest's own verdict comes back.
     let verdict = module.reconcile(&input("fine")).unwrap().unwrap_err();
@@ -75,8 +77,14 @@ fn the_embedded_guest_can_observe_nothing_of_the_host() {
 #[test]
 fn a_non_component_is_refused_clearly() {
     let rt = runtime();
-    let err = rt.load(b"\0asm\x01\0\0\0").err().expect("a core module is not a component");
+    let err = rt
+        .load(b"\0asm\x01\0\0\0")
+        .err()
+        .expect("a core module is not a component");
     assert!(format!("{err:#}").contains("component"), "{err:#}");
     let err = rt.load(b"not wasm at all").err().unwrap();
-    assert!(format!("{err:#}").contains("not a valid wasm component"), "{err:#}");
+    assert!(
+        format!("{err:#}").contains("not a valid wasm component"),
+        "{err:#}"
+    );
 }

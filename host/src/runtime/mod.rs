@@ -111,7 +111,8 @@ impl Runtime {
 
     /// Loads the guest embedded in this binary.
     pub fn load_embedded(&self) -> anyhow::Result<Module> {
-        self.load(EMBEDDED_GUEST).context("loading the embedded reconcile module")
+        self.load(EMBEDDED_GUEST)
+            .context("loading the embedded reconcile module")
     }
 
     /// Links a compiled component against the deny-all WASI and locates its
@@ -188,7 +189,10 @@ impl Module {
     /// a module whose exports have other types is refused at load time.
     fn check_types(&self) -> anyhow::Result<()> {
         let mut store = self.store();
-        let instance = self.pre.instantiate(&mut store).map_err(|e| anyhow!("{e:#}"))?;
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| anyhow!("{e:#}"))?;
         instance
             .get_typed_func::<(&Input,), (ReconcileResult,)>(&mut store, self.reconcile)
             .map_err(|e| anyhow!("`reconcile` has the wrong type: {e:#}"))?;
@@ -201,7 +205,11 @@ impl Module {
     fn store(&self) -> Store<State> {
         let mut store = Store::new(&self.engine, State::new(&self.limits));
         store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
-        let ticks = self.limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
+        let ticks = self
+            .limits
+            .deadline
+            .as_nanos()
+            .div_ceil(EPOCH_TICK.as_nanos()) as u64;
         store.set_epoch_deadline(ticks.max(1) + 1);
         store.epoch_deadline_trap();
         store
@@ -209,10 +217,7 @@ impl Module {
 
     fn call<R>(
         &self,
-        f: impl FnOnce(
-            &mut Store<State>,
-            &wasmtime::component::Instance,
-        ) -> wasmtime::Result<R>,
+        f: impl FnOnce(&mut Store<State>, &wasmtime::component::Instance) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         let mut store = self.store();
         let result = self
