@@ -7,6 +7,7 @@
 
 pub mod convert;
 pub mod crd;
+pub mod operator;
 pub mod reconciler;
 pub mod render;
 pub mod runtime;

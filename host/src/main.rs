@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResourceExt;
 use shardgate::crd::ValkeyCluster;
+use shardgate::operator;
 use shardgate::render::{self, Observed, RenderError};
 use shardgate::runtime::{Limits, Module, Runtime};
 
@@ -29,6 +30,49 @@ enum Command {
     Render(RenderArgs),
     /// Print the ValkeyCluster CustomResourceDefinition.
     Crd,
+    /// Run the operator.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Kubeconfig file. Without it: the in-cluster service account, else
+    /// $KUBECONFIG or ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use.
+    #[arg(long)]
+    context: Option<String>,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    listen: std::net::SocketAddr,
+    /// Name of the coordination.k8s.io Lease used for leader election.
+    #[arg(long, default_value = "shardgate-leader")]
+    lease_name: String,
+    /// Namespace of the Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    /// Run without leader election (only one replica may run).
+    #[arg(long)]
+    no_leader_election: bool,
+    /// This replica's identity in the Lease.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Run this reconcile component instead of the embedded one.
+    #[arg(long)]
+    module: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
 }
 
 #[derive(clap::Args)]
@@ -59,6 +103,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Render(args) => run_render(args),
         Command::Crd => print_crd(),
+        Command::Run(args) => run_operator(args),
     };
     match result {
         Ok(code) => code,
@@ -118,4 +163,73 @@ fn run_render(args: RenderArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => Err(e.into()),
     }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn run_operator(args: RunArgs) -> anyhow::Result<ExitCode> {
+    init_logging(args.log_format);
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let wasm = Runtime::new(Limits::default())?;
+        let module = load_module(&wasm, args.module.as_ref())?;
+        let client = operator::client(args.kubeconfig.as_ref(), args.context.as_deref()).await?;
+        let identity = args
+            .identity
+            .unwrap_or_else(|| format!("shardgate-{}", std::process::id()));
+        let options = operator::Options {
+            kubeconfig: args.kubeconfig,
+            context: args.context,
+            namespace: args.namespace,
+            listen: Some(args.listen),
+            lease: (!args.no_leader_election).then(|| operator::LeaseOptions {
+                name: args.lease_name,
+                namespace: args.lease_namespace,
+                duration_seconds: 15,
+                grace_seconds: 5,
+            }),
+            identity,
+            reconcile_all: None,
+        };
+        let metrics = std::sync::Arc::new(operator::Metrics::default());
+        operator::run(
+            options,
+            client,
+            std::sync::Arc::new(module),
+            metrics,
+            shutdown_signal(),
+        )
+        .await?;
+        // The wasm runtime (and its epoch thread) lives until here.
+        drop(wasm);
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
 }

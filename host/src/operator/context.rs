@@ -1,0 +1,81 @@
+//! What every reconcile shares: the client, the reflector stores that make
+//! up the observed snapshot, the reconcile module, metrics and events.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::metrics::Metrics;
+use crate::crd::ValkeyCluster;
+use crate::reconciler::Reconciler;
+
+/// Reflector stores of everything the operator reads.
+#[derive(Clone)]
+pub struct Stores {
+    pub clusters: Store<ValkeyCluster>,
+    pub services: Store<Service>,
+    pub config_maps: Store<ConfigMap>,
+    pub stateful_sets: Store<StatefulSet>,
+    pub pods: Store<Pod>,
+}
+
+pub struct Context {
+    pub client: kube::Client,
+    pub stores: Stores,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    module: RwLock<Arc<dyn Reconciler>>,
+    failures: Mutex<HashMap<ObjectRef<ValkeyCluster>, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        stores: Stores,
+        module: Arc<dyn Reconciler>,
+        metrics: Arc<Metrics>,
+        instance: String,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "shardgate".into(),
+            instance: Some(instance),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            stores,
+            metrics,
+            module: RwLock::new(module),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The module new reconciles use. A reconcile keeps the one it started
+    /// with, so a swap never changes the logic under a running reconcile.
+    pub fn module(&self) -> Arc<dyn Reconciler> {
+        self.module.read().unwrap().clone()
+    }
+
+    /// Replaces the module for reconciles that start from now on.
+    pub fn swap_module(&self, module: Arc<dyn Reconciler>) {
+        *self.module.write().unwrap() = module;
+    }
+
+    /// Backoff after consecutive failures: 200 ms, 400 ms, 800 ms ... at
+    /// most 5 minutes.
+    pub fn failed(&self, obj: ObjectRef<ValkeyCluster>) -> Duration {
+        let mut f = self.failures.lock().unwrap();
+        let n = f.entry(obj).or_insert(0);
+        *n = (*n + 1).min(16);
+        Duration::from_millis(200u64.saturating_mul(1 << (*n - 1))).min(Duration::from_secs(300))
+    }
+
+    pub fn succeeded(&self, obj: &ObjectRef<ValkeyCluster>) {
+        self.failures.lock().unwrap().remove(obj);
+    }
+}

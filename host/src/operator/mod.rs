@@ -1,0 +1,272 @@
+//! `shardgate run`: the operator.
+//!
+//! A kube-rs [`Controller`] for ValkeyClusters that owns the shard Services
+//! and the per-node ConfigMaps, headless Services and StatefulSets, and
+//! watches the nodes' Pods. Each reconcile ([`reconcile`]) builds the observed
+//! snapshot from the reflector stores, calls the reconcile module, applies
+//! the result with server-side apply and prunes what is no longer wanted.
+//! With leader election on, only the holder of the Lease runs the controller.
+
+pub mod apply;
+pub mod context;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod reconcile;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context as _;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::crd::ValkeyCluster;
+use crate::reconciler::Reconciler;
+pub use context::{Context, Stores};
+pub use http::Health;
+pub use metrics::Metrics;
+
+/// Selects every object shardgate manages.
+pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=shardgate";
+
+/// How `shardgate run` connects and behaves.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    /// Watch one namespace; all when `None`.
+    pub namespace: Option<String>,
+    pub listen: Option<SocketAddr>,
+    /// `None` disables leader election.
+    pub lease: Option<LeaseOptions>,
+    pub identity: String,
+    /// Each message re-reconciles every cluster (e.g. after a module swap).
+    pub reconcile_all: Option<tokio::sync::broadcast::Sender<()>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaseOptions {
+    pub name: String,
+    pub namespace: String,
+    pub duration_seconds: u64,
+    pub grace_seconds: u64,
+}
+
+/// Builds a client from a kubeconfig file, or infers one (in-cluster
+/// service account, then `$KUBECONFIG`/`~/.kube/config`).
+pub async fn client(
+    kubeconfig: Option<&PathBuf>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
+    let options = KubeConfigOptions {
+        context: context.map(String::from),
+        ..KubeConfigOptions::default()
+    };
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options).await?
+        }
+        None if context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the operator until `shutdown` resolves (or leadership is lost).
+pub async fn run(
+    options: Options,
+    client: kube::Client,
+    module: Arc<dyn Reconciler>,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let health = Arc::new(Health::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    tokio::spawn({
+        let stop_tx = stop_tx.clone();
+        async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        }
+    });
+
+    let server = match options.listen {
+        Some(addr) => {
+            let listener = http::bind(addr)
+                .await
+                .with_context(|| format!("listening on {addr}"))?;
+            info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
+            Some(tokio::spawn(http::serve(
+                listener,
+                metrics.clone(),
+                health.clone(),
+                stopped(stop_rx.clone()),
+            )))
+        }
+        None => None,
+    };
+
+    let result = match &options.lease {
+        None => controller(&options, client, module, metrics, health.clone(), stop_rx).await,
+        Some(lease) => {
+            health.ready.store(true, Ordering::Relaxed); // a standby is healthy
+            leader::while_leader(client.clone(), lease, &options.identity, stop_rx.clone(), {
+                let options = options.clone();
+                let health = health.clone();
+                move |lost| {
+                    let (options, client, module) =
+                        (options.clone(), client.clone(), module.clone());
+                    let (metrics, health) = (metrics.clone(), health.clone());
+                    async move { controller(&options, client, module, metrics, health, lost).await }
+                }
+            })
+            .await
+        }
+    };
+    let _ = stop_tx.send(true);
+    if let Some(server) = server {
+        let _ = server.await;
+    }
+    result
+}
+
+/// The controller itself; returns when `stop` resolves.
+async fn controller(
+    options: &Options,
+    client: kube::Client,
+    module: Arc<dyn Reconciler>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let stop = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let ns = options.namespace.as_deref();
+    let managed = watcher::Config::default()
+        .labels(MANAGED_SELECTOR)
+        .any_semantic();
+
+    let (services, services_w) = reflector::store();
+    let (config_maps, config_maps_w) = reflector::store();
+    let (stateful_sets, stateful_sets_w) = reflector::store();
+    let (pods, pods_w) = reflector::store();
+    let service_stream = watcher(api::<Service>(&client, ns), managed.clone())
+        .default_backoff()
+        .reflect(services_w)
+        .touched_objects();
+    let config_map_stream = watcher(api::<ConfigMap>(&client, ns), managed.clone())
+        .default_backoff()
+        .reflect(config_maps_w)
+        .touched_objects();
+    let stateful_set_stream = watcher(api::<StatefulSet>(&client, ns), managed.clone())
+        .default_backoff()
+        .reflect(stateful_sets_w)
+        .touched_objects();
+    let pod_stream = watcher(api::<Pod>(&client, ns), managed)
+        .default_backoff()
+        .reflect(pods_w)
+        .touched_objects();
+
+    let controller = Controller::new(
+        api::<ValkeyCluster>(&client, ns),
+        watcher::Config::default().any_semantic(),
+    );
+    let stores = Stores {
+        clusters: controller.store(),
+        services: services.clone(),
+        config_maps: config_maps.clone(),
+        stateful_sets: stateful_sets.clone(),
+        pods: pods.clone(),
+    };
+    let ctx = Arc::new(Context::new(
+        client,
+        stores,
+        module,
+        metrics,
+        options.identity.clone(),
+    ));
+
+    // Ready once every cache has its first list.
+    tokio::spawn({
+        let health = health.clone();
+        async move {
+            let synced = futures::join!(
+                services.wait_until_ready(),
+                config_maps.wait_until_ready(),
+                stateful_sets.wait_until_ready(),
+                pods.wait_until_ready()
+            );
+            if synced.0.is_ok() && synced.1.is_ok() && synced.2.is_ok() && synced.3.is_ok() {
+                health.ready.store(true, Ordering::Relaxed);
+            }
+        }
+    });
+
+    info!(namespace = ns.unwrap_or("<all>"), "controller starting");
+    let controller = match &options.reconcile_all {
+        Some(tx) => {
+            let rx = tx.subscribe();
+            let trigger = futures::stream::unfold(rx, |mut rx| async move {
+                loop {
+                    match rx.recv().await {
+                        Ok(()) => return Some(((), rx)),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            });
+            controller.reconcile_all_on(trigger)
+        }
+        None => controller,
+    };
+    controller
+        .owns_stream(service_stream)
+        .owns_stream(config_map_stream)
+        .owns_stream(stateful_set_stream)
+        .watches_stream(pod_stream, |pod: Pod| {
+            let cluster = pod
+                .metadata
+                .labels
+                .as_ref()?
+                .get(shardgate_guest::names::LABEL_CLUSTER)?
+                .clone();
+            Some(ObjectRef::new(&cluster).within(pod.metadata.namespace.as_deref()?))
+        })
+        .graceful_shutdown_on(stop)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                warn!(error = %e, "controller");
+            }
+        })
+        .boxed()
+        .await;
+    info!("controller stopped");
+    Ok(())
+}

@@ -1,0 +1,545 @@
+//! One reconcile of one ValkeyCluster, flowing one way: observed snapshot
+//! from the stores -> guest -> apply -> prune -> status.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use shardgate_guest::model::{Desired, Severity, Violation};
+use tracing::{info, warn};
+
+use super::apply::{self, Applied, FIELD_MANAGER};
+use super::context::Context;
+use crate::convert;
+use crate::crd::{ValkeyCluster, ValkeyClusterStatus};
+use crate::runtime::CallError;
+
+/// Why a reconcile failed; the controller requeues with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Module(#[from] CallError),
+    #[error("the guest task failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
+    #[error("cluster has no uid or namespace")]
+    Incomplete,
+}
+
+impl Error {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "ApiError",
+            Error::Module(_) | Error::Join(_) => "ModuleFailed",
+            Error::Incomplete => "Incomplete",
+        }
+    }
+}
+
+/// How long to wait before looking again at a converged cluster.
+pub const RESYNC: Duration = Duration::from_secs(300);
+/// How soon to look again while something is still pending.
+pub const PENDING_RECHECK: Duration = Duration::from_secs(15);
+
+#[tracing::instrument(skip_all, fields(cluster = %vc.name_any(), namespace = vc.namespace().unwrap_or_default()))]
+pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    let result = run(&vc, &ctx).await;
+    ctx.metrics
+        .reconcile_seconds
+        .observe(started.elapsed().as_secs_f64());
+    if result.is_ok() {
+        ctx.succeeded(&ObjectRef::from_obj(vc.as_ref()));
+    }
+    result
+}
+
+/// Requeue with backoff, and say why.
+pub fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.error(err.reason());
+    let delay = ctx.failed(ObjectRef::from_obj(vc.as_ref()));
+    warn!(cluster = %vc.name_any(), error = %err, retry_in = ?delay, "reconcile failed");
+    let ctx2 = ctx.clone();
+    let message = err.to_string();
+    tokio::spawn(async move {
+        publish(
+            &ctx2,
+            &vc,
+            EventType::Warning,
+            "ReconcileFailed",
+            "Reconcile",
+            message,
+        )
+        .await;
+    });
+    Action::requeue(delay)
+}
+
+async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
+    let namespace = vc.namespace().ok_or(Error::Incomplete)?;
+    let uid = vc.uid().ok_or(Error::Incomplete)?;
+    let name = vc.name_any();
+
+    // 1. The observed snapshot: only objects this cluster owns.
+    let services: Vec<_> = ctx
+        .stores
+        .services
+        .state()
+        .into_iter()
+        .filter(|s| {
+            s.namespace().as_deref() == Some(&namespace) && apply::owned_by(s.as_ref(), &name, &uid)
+        })
+        .collect();
+    let pods: Vec<_> = ctx
+        .stores
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(&namespace))
+        .collect();
+    let others: Vec<String> = ctx
+        .stores
+        .clusters
+        .state()
+        .into_iter()
+        .filter(|c| c.namespace().as_deref() == Some(&namespace) && c.name_any() != name)
+        .map(|c| c.name_any())
+        .collect();
+    let input = convert::input(
+        vc,
+        services.iter().map(|s| s.as_ref()),
+        pods.iter().map(|p| p.as_ref()),
+        others,
+    );
+
+    // 2. The guest, off the async threads.
+    let module = ctx.module();
+    let guest_started = Instant::now();
+    let verdict = tokio::task::spawn_blocking(move || module.reconcile(&input)).await??;
+    ctx.metrics.observe_guest(guest_started.elapsed());
+    let desired = match verdict {
+        Ok(d) => d,
+        Err(invalid) => return refuse(vc, ctx, invalid.violations).await,
+    };
+    // Warnings are reported once per spec generation, not on every resync.
+    let new_generation =
+        vc.status.as_ref().and_then(|s| s.observed_generation) != vc.metadata.generation;
+    if new_generation {
+        for w in desired
+            .warnings
+            .iter()
+            .filter(|w| w.severity == Severity::Warning)
+        {
+            publish(
+                ctx,
+                vc,
+                EventType::Warning,
+                "SpecWarning",
+                "Validate",
+                w.to_string(),
+            )
+            .await;
+        }
+    }
+
+    // 3. Apply every desired object.
+    let objects = convert::objects(vc, &desired);
+    let mut changed = 0usize;
+    let mut created = Vec::new();
+    let client = &ctx.client;
+    let stores = &ctx.stores;
+    for svc in &objects.shard_services {
+        note(
+            ctx,
+            &mut changed,
+            &mut created,
+            "services",
+            &svc.name_any(),
+            apply::apply(client, &stores.services, svc).await?,
+        );
+    }
+    for n in &objects.nodes {
+        note(
+            ctx,
+            &mut changed,
+            &mut created,
+            "configmaps",
+            &n.config_map.name_any(),
+            apply::apply(client, &stores.config_maps, &n.config_map).await?,
+        );
+        note(
+            ctx,
+            &mut changed,
+            &mut created,
+            "services",
+            &n.headless_service.name_any(),
+            apply::apply(client, &stores.services, &n.headless_service).await?,
+        );
+        note(
+            ctx,
+            &mut changed,
+            &mut created,
+            "statefulsets",
+            &n.stateful_set.name_any(),
+            apply::apply(client, &stores.stateful_sets, &n.stateful_set).await?,
+        );
+    }
+    for c in &created {
+        publish(
+            ctx,
+            vc,
+            EventType::Normal,
+            "Created",
+            "Apply",
+            format!("created {c}"),
+        )
+        .await;
+    }
+
+    // 4. Prune what this cluster owns and no longer wants.
+    let keep_services: BTreeSet<String> = objects
+        .shard_services
+        .iter()
+        .map(|s| s.name_any())
+        .chain(objects.nodes.iter().map(|n| n.headless_service.name_any()))
+        .collect();
+    let keep_nodes: BTreeSet<String> = objects
+        .nodes
+        .iter()
+        .map(|n| n.stateful_set.name_any())
+        .collect();
+    let mut deleted = Vec::new();
+    for n in apply::prune(
+        client,
+        &stores.services,
+        &namespace,
+        &name,
+        &uid,
+        &keep_services,
+    )
+    .await?
+    {
+        ctx.metrics.write("delete", "services");
+        deleted.push(format!("Service {n}"));
+    }
+    for n in apply::prune(
+        client,
+        &stores.stateful_sets,
+        &namespace,
+        &name,
+        &uid,
+        &keep_nodes,
+    )
+    .await?
+    {
+        ctx.metrics.write("delete", "statefulsets");
+        deleted.push(format!("StatefulSet {n}"));
+    }
+    for n in apply::prune(
+        client,
+        &stores.config_maps,
+        &namespace,
+        &name,
+        &uid,
+        &keep_nodes,
+    )
+    .await?
+    {
+        ctx.metrics.write("delete", "configmaps");
+        deleted.push(format!("ConfigMap {n}"));
+    }
+    for d in &deleted {
+        publish(
+            ctx,
+            vc,
+            EventType::Normal,
+            "Deleted",
+            "Prune",
+            format!("deleted {d}"),
+        )
+        .await;
+    }
+    changed += deleted.len();
+
+    // 5. Status.
+    let pending = write_status(
+        vc,
+        ctx,
+        &desired,
+        changed,
+        &input_pods_ready(&desired, &pods, &name),
+    )
+    .await?;
+    if changed > 0 {
+        info!(changed, "applied");
+    }
+    Ok(Action::requeue(if pending {
+        PENDING_RECHECK
+    } else {
+        RESYNC
+    }))
+}
+
+fn note(
+    ctx: &Context,
+    changed: &mut usize,
+    created: &mut Vec<String>,
+    resource: &'static str,
+    name: &str,
+    result: Applied,
+) {
+    match result {
+        Applied::Unchanged => {}
+        Applied::Created => {
+            ctx.metrics.write("apply", resource);
+            *changed += 1;
+            created.push(format!("{resource}/{name}"));
+        }
+        Applied::Updated => {
+            ctx.metrics.write("apply", resource);
+            *changed += 1;
+        }
+    }
+}
+
+/// (ready pods, expected pods).
+fn input_pods_ready(
+    desired: &Desired,
+    pods: &[Arc<k8s_openapi::api::core::v1::Pod>],
+    cluster: &str,
+) -> (usize, usize) {
+    let ready = pods
+        .iter()
+        .filter_map(|p| convert::observed_pod(cluster, p))
+        .filter(|p| {
+            p.ready
+                && desired
+                    .nodes
+                    .iter()
+                    .any(|n| n.shard == p.shard && n.node == p.node)
+        })
+        .count();
+    (ready, desired.nodes.len())
+}
+
+/// A spec the guest refuses: nothing is applied or deleted; status and an
+/// Event say why.
+async fn refuse(
+    vc: &Arc<ValkeyCluster>,
+    ctx: &Context,
+    violations: Vec<Violation>,
+) -> Result<Action, Error> {
+    let message = violations
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join("; ");
+    warn!(%message, "spec refused; nothing applied");
+    ctx.metrics.error("InvalidSpec");
+    publish(
+        ctx,
+        vc,
+        EventType::Warning,
+        "InvalidSpec",
+        "Validate",
+        message.clone(),
+    )
+    .await;
+    let previous = vc.status.clone().unwrap_or_default();
+    let now = now();
+    let mut status = previous.clone();
+    set_condition(
+        &mut status.conditions,
+        condition("Degraded", "True", "InvalidSpec", &message, vc, &now),
+    );
+    set_condition(
+        &mut status.conditions,
+        condition(
+            "Progressing",
+            "False",
+            "InvalidSpec",
+            "the spec must be fixed before anything is applied",
+            vc,
+            &now,
+        ),
+    );
+    patch_status(vc, ctx, &previous, status).await?;
+    Ok(Action::await_change())
+}
+
+/// Writes the status (guest's endpoints and ExternalAccessReady, plus Ready,
+/// Progressing and Degraded) if it differs. Returns true while something is
+/// still pending.
+async fn write_status(
+    vc: &Arc<ValkeyCluster>,
+    ctx: &Context,
+    desired: &Desired,
+    changed: usize,
+    (ready, expected): &(usize, usize),
+) -> Result<bool, Error> {
+    let previous = vc.status.clone().unwrap_or_default();
+    let now = now();
+    let mut status = convert::status(desired, Some(&previous), vc.metadata.generation, &now);
+    let external_pending = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == shardgate_guest::status::EXTERNAL_ACCESS_READY && c.status != "True");
+    let all_ready = ready == expected;
+    let (r_status, r_reason, r_msg) = if !all_ready {
+        (
+            "False",
+            "NodesNotReady",
+            format!("{ready} of {expected} nodes are ready"),
+        )
+    } else if external_pending {
+        (
+            "False",
+            "ExternalAccessPending",
+            "nodes are ready; external access is not".to_string(),
+        )
+    } else {
+        (
+            "True",
+            "AllNodesReady",
+            format!("all {expected} nodes are ready"),
+        )
+    };
+    let (p_status, p_reason, p_msg) = if changed > 0 {
+        ("True", "Applying", format!("{changed} objects changed"))
+    } else if !all_ready || external_pending {
+        (
+            "True",
+            "Waiting",
+            "waiting for nodes or external endpoints".to_string(),
+        )
+    } else {
+        (
+            "False",
+            "Converged",
+            "every object is as desired".to_string(),
+        )
+    };
+    let mut conditions = previous.conditions.clone();
+    conditions.retain(|c| matches!(c.type_.as_str(), "Ready" | "Progressing" | "Degraded"));
+    set_condition(
+        &mut conditions,
+        condition("Ready", r_status, r_reason, &r_msg, vc, &now),
+    );
+    set_condition(
+        &mut conditions,
+        condition("Progressing", p_status, p_reason, &p_msg, vc, &now),
+    );
+    set_condition(
+        &mut conditions,
+        condition("Degraded", "False", "AsExpected", "", vc, &now),
+    );
+    conditions.append(&mut status.conditions);
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    status.conditions = conditions;
+    patch_status(vc, ctx, &previous, status).await?;
+    Ok(!all_ready || external_pending || changed > 0)
+}
+
+async fn patch_status(
+    vc: &ValkeyCluster,
+    ctx: &Context,
+    previous: &ValkeyClusterStatus,
+    status: ValkeyClusterStatus,
+) -> Result<(), Error> {
+    if &status == previous {
+        return Ok(());
+    }
+    let api: Api<ValkeyCluster> =
+        Api::namespaced(ctx.client.clone(), &vc.namespace().unwrap_or_default());
+    let body = json!({
+        "apiVersion": ValkeyCluster::api_version(&()),
+        "kind": ValkeyCluster::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &vc.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    ctx.metrics.write("apply", "valkeyclusters/status");
+    if previous.external_endpoints.is_some() && status.external_endpoints.is_none() {
+        // Apply dropped every entry; remove the (now empty) list itself, as
+        // the seed's status shape requires.
+        let remove = json!({"status": {"externalEndpoints": null}});
+        api.patch_status(
+            &vc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&remove),
+        )
+        .await?;
+        ctx.metrics.write("patch", "valkeyclusters/status");
+    }
+    Ok(())
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    vc: &ValkeyCluster,
+    now: &Time,
+) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: now.clone(),
+        observed_generation: vc.metadata.generation,
+    }
+}
+
+/// Replaces the condition of the same type, keeping its transition time if
+/// the status did not change.
+fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition) {
+    if let Some(old) = conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        if old.status == new.status {
+            new.last_transition_time = old.last_transition_time.clone();
+        }
+        *old = new;
+    } else {
+        conditions.push(new);
+    }
+}
+
+async fn publish(
+    ctx: &Context,
+    vc: &ValkeyCluster,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &vc.object_ref(&())).await {
+        warn!(error = %e, "could not record an event");
+    } else {
+        ctx.metrics.write("create", "events");
+    }
+}

@@ -1,0 +1,126 @@
+//! The exact requests the applier sends, pinned with tower-test mocks: a
+//! server-side apply carries the field manager and `force`, and an object
+//! already in place causes no request at all.
+
+use std::time::Duration;
+
+use http::{Request, Response};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use kube::client::Body;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher;
+use shardgate::operator::apply::{self, APPLIED_HASH, Applied};
+
+fn service() -> Service {
+    Service {
+        metadata: kube::api::ObjectMeta {
+            name: Some("valkey-demo-shard-0".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("NodePort".into()),
+            ports: Some(vec![ServicePort {
+                name: Some("vk-n0".into()),
+                port: 6379,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[tokio::test]
+async fn apply_sends_one_forced_server_side_apply_with_our_field_manager() {
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let (store, _writer) = reflector::store::<Service>();
+    let server = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.expect("one request");
+        assert_eq!(request.method(), http::Method::PATCH);
+        let uri = request.uri().to_string();
+        assert!(
+            uri.starts_with("/api/v1/namespaces/default/services/valkey-demo-shard-0?"),
+            "{uri}"
+        );
+        assert!(uri.contains("fieldManager=shardgate"), "{uri}");
+        assert!(uri.contains("force=true"), "{uri}");
+        assert_eq!(
+            request.headers()["content-type"],
+            "application/apply-patch+yaml"
+        );
+        let body = request.into_body().collect_bytes().await.unwrap();
+        let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(sent["kind"], "Service");
+        assert_eq!(sent["spec"]["ports"][0]["protocol"], "TCP");
+        assert!(sent["metadata"]["annotations"][APPLIED_HASH].is_string());
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+        // Nothing else is sent.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), handle.next_request())
+                .await
+                .is_err()
+        );
+    });
+    let result = apply::apply(&client, &store, &service()).await.unwrap();
+    assert_eq!(result, Applied::Created);
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn an_object_already_in_place_sends_nothing() {
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let (store, mut writer): (_, Writer<Service>) = reflector::store();
+
+    // What the API server stores after our apply: our fields, our hash, and
+    // fields it defaulted or other managers added.
+    let (probe_mock, mut probe) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let probe_client = kube::Client::new(probe_mock, "default");
+    let (empty, _w) = reflector::store::<Service>();
+    let capture = tokio::spawn(async move {
+        let (request, send) = probe.next_request().await.unwrap();
+        let body = request.into_body().collect_bytes().await.unwrap();
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+    });
+    apply::apply(&probe_client, &empty, &service())
+        .await
+        .unwrap();
+    let mut live = capture.await.unwrap();
+    live["metadata"]["resourceVersion"] = "7".into();
+    live["metadata"]["labels"] = serde_json::json!({"cloud.example.com/zone": "a"});
+    live["spec"]["clusterIP"] = "10.96.0.10".into();
+    live["spec"]["ports"][0]["nodePort"] = 31000.into();
+    live["spec"]["ports"][0]["targetPort"] = 6379.into();
+    let live: Service = serde_json::from_value(live).unwrap();
+    writer.apply_watcher_event(&watcher::Event::Apply(live.clone()));
+
+    assert_eq!(
+        apply::apply(&client, &store, &service()).await.unwrap(),
+        Applied::Unchanged
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), handle.next_request())
+            .await
+            .is_err()
+    );
+
+    // A field we own changed by someone else: re-applied.
+    let mut drifted = live;
+    drifted.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+    writer.apply_watcher_event(&watcher::Event::Apply(drifted));
+    let server = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.expect("re-apply");
+        assert_eq!(request.method(), http::Method::PATCH);
+        let body = request.into_body().collect_bytes().await.unwrap();
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+    });
+    assert_eq!(
+        apply::apply(&client, &store, &service()).await.unwrap(),
+        Applied::Updated
+    );
+    server.await.unwrap();
+}

@@ -1,0 +1,468 @@
+//! The real operator (`shardgate::operator::run`: Controller, reflectors,
+//! server-side apply, prune, status, leader election) against the API
+//! emulator. Writes are counted by the emulator.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube_emulator::{CustomResource, Emulator, Fault, Verb};
+use serde_json::{Value, json};
+use shardgate::operator::{self, LeaseOptions, Metrics, Options};
+use shardgate::reconciler::Reconciler;
+use shardgate::runtime::{Limits, Module, Runtime};
+use tokio::sync::{broadcast, oneshot};
+
+static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| Runtime::new(Limits::default()).unwrap());
+static MODULE: LazyLock<Module> = LazyLock::new(|| RUNTIME.load_embedded().unwrap());
+
+const NS: &str = "default";
+
+struct Operator {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    metrics: Arc<Metrics>,
+    resync: broadcast::Sender<()>,
+}
+
+impl Operator {
+    async fn start(emu: &Emulator, identity: &str, lease: Option<LeaseOptions>) -> Operator {
+        let client = emu.client().await.unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (resync, _) = broadcast::channel(16);
+        let metrics = Arc::new(Metrics::default());
+        let options = Options {
+            kubeconfig: None,
+            context: None,
+            namespace: None,
+            listen: None,
+            lease,
+            identity: identity.into(),
+            reconcile_all: Some(resync.clone()),
+        };
+        let module: Arc<dyn Reconciler> = Arc::new(MODULE.clone());
+        let task = tokio::spawn(operator::run(
+            options,
+            client,
+            module,
+            metrics.clone(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Operator {
+            stop: Some(stop),
+            task,
+            metrics,
+            resync,
+        }
+    }
+
+    /// Re-reconciles every cluster `n` times, pausing between rounds.
+    async fn resync(&self, n: usize) {
+        for _ in 0..n {
+            self.resync.send(()).ok();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn writes(&self) -> u64 {
+        let text = self.metrics.encode();
+        text.lines()
+            .filter(|l| l.starts_with("shardgate_api_writes_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    fn reconciles(&self) -> u64 {
+        self.metrics.reconciles.get()
+    }
+
+    async fn stop(mut self) {
+        self.stop.take().unwrap().send(()).ok();
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("operator stops on shutdown")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+async fn emulator() -> Emulator {
+    Emulator::builder()
+        .custom_resource(
+            CustomResource::from_crd_yaml(include_str!(
+                "../../deploy/crds/valkeyclusters.valkey.io.yaml"
+            ))
+            .unwrap(),
+        )
+        .statefulset_controller(true)
+        .bookmark_interval(Duration::from_millis(500))
+        .start()
+        .await
+        .unwrap()
+}
+
+fn cluster(name: &str, shards: i32, replicas: i32, external: Value) -> Value {
+    json!({
+        "apiVersion": "valkey.io/v1alpha1",
+        "kind": "ValkeyCluster",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"shards": shards, "replicas": replicas, "externalAccess": external},
+    })
+}
+
+fn nodeport() -> Value {
+    json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip",
+           "externalTrafficPolicy": "Cluster", "hostnamePrefix": "shard"})
+}
+
+async fn create(emu: &Emulator, obj: Value) {
+    let client = emu.client().await.unwrap();
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client,
+        NS,
+        &kube::api::ApiResource::erase::<shardgate::crd::ValkeyCluster>(&()),
+    );
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(obj).unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
+async fn patch_spec(emu: &Emulator, name: &str, spec: Value) {
+    let client = emu.client().await.unwrap();
+    let api: Api<shardgate::crd::ValkeyCluster> = Api::namespaced(client, NS);
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": spec})),
+    )
+    .await
+    .unwrap();
+}
+
+/// Waits for `check` to hold, acting as the kubelet meanwhile: every pod
+/// gets an IP, the host IP 127.0.0.1 and Ready.
+async fn eventually(emu: &Emulator, what: &str, check: impl Fn(&Emulator) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for pod in emu.list("pods", Some(NS)) {
+            let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+            if pod["status"]["podIP"].is_null() {
+                let n = emu.list("pods", Some(NS)).len();
+                let _ = emu.set_pod_status(
+                    NS,
+                    &name,
+                    &format!("10.1.0.{}", n % 250 + 1),
+                    "127.0.0.1",
+                    true,
+                );
+            }
+        }
+        if check(emu) {
+            return;
+        }
+        if Instant::now() > deadline {
+            let clusters = emu.list("valkeyclusters", Some(NS));
+            let statuses: Vec<_> = clusters.iter().map(|c| &c["status"]).collect();
+            panic!(
+                "timed out waiting for: {what}\nstatus: {statuses:#?}\nwrites: {:?}",
+                emu.write_counts()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn shard_services(emu: &Emulator) -> Vec<Value> {
+    let mut v: Vec<_> = emu
+        .list("services", Some(NS))
+        .into_iter()
+        .filter(|s| s["metadata"]["name"].as_str().unwrap().contains("-shard-"))
+        .collect();
+    v.sort_by_key(|s| s["metadata"]["name"].as_str().unwrap().to_string());
+    v
+}
+
+fn node_ports(svc: &Value) -> Vec<i64> {
+    svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["nodePort"].as_i64().unwrap_or(0))
+        .collect()
+}
+
+fn status(emu: &Emulator, name: &str) -> Value {
+    emu.get("valkeyclusters", NS, name)
+        .map(|c| c["status"].clone())
+        .unwrap_or(Value::Null)
+}
+
+fn condition(emu: &Emulator, name: &str, type_: &str) -> Option<(String, String)> {
+    status(emu, name)["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap().into(),
+                c["reason"].as_str().unwrap().into(),
+            )
+        })
+}
+
+fn converged(emu: &Emulator, name: &str) -> bool {
+    condition(emu, name, "Ready").is_some_and(|(s, _)| s == "True")
+        && condition(emu, name, "Progressing").is_some_and(|(s, _)| s == "False")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converges_then_writes_nothing_and_follows_spec_changes() {
+    let emu = emulator().await;
+    let op = Operator::start(&emu, "solo", None).await;
+    create(&emu, cluster("demo", 3, 1, nodeport())).await;
+    eventually(&emu, "3x1 converged", |e| converged(e, "demo")).await;
+
+    // Three shard Services, every port with an allocated NodePort, reported
+    // in shard order.
+    let services = shard_services(&emu);
+    let names: Vec<_> = services
+        .iter()
+        .map(|s| s["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "valkey-demo-shard-0",
+            "valkey-demo-shard-1",
+            "valkey-demo-shard-2"
+        ]
+    );
+    let eps = status(&emu, "demo")["externalEndpoints"].clone();
+    for (i, svc) in services.iter().enumerate() {
+        let ports = node_ports(svc);
+        assert!(
+            ports.iter().all(|p| (30000..=32767).contains(p)),
+            "{ports:?}"
+        );
+        assert_eq!(eps[i]["shardIndex"], i as i64);
+        assert_eq!(eps[i]["nodePorts"], json!(ports));
+        assert_eq!(eps[i]["nodes"][0]["host"], "127.0.0.1");
+        assert_eq!(eps[i]["nodes"][0]["ready"], true);
+    }
+    assert_eq!(
+        condition(&emu, "demo", "ExternalAccessReady").unwrap().0,
+        "True"
+    );
+
+    // Steady state: 100 more reconciles write nothing.
+    emu.reset_counts();
+    let before = op.reconciles();
+    op.resync(100).await;
+    eventually(&emu, "100 reconciles", |_| op.reconciles() >= before + 100).await;
+    assert_eq!(
+        emu.write_counts(),
+        Default::default(),
+        "writes at steady state"
+    );
+
+    // Another manager's label and annotation survive, with no write loop.
+    let client = emu.client().await.unwrap();
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), NS);
+    svcs.patch(
+        "valkey-demo-shard-0",
+        &PatchParams::apply("cloud-controller"),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "valkey-demo-shard-0",
+            "labels": {"cloud.example.com/zone": "a"}, "annotations": {"cloud.example.com/lb-id": "lb-1"}}})),
+    )
+    .await
+    .unwrap();
+    emu.reset_counts();
+    let before = op.reconciles();
+    op.resync(20).await;
+    eventually(&emu, "20 reconciles", |_| op.reconciles() >= before + 20).await;
+    assert_eq!(emu.total_writes(), 0, "{:?}", emu.write_counts());
+    let s0 = emu.get("services", NS, "valkey-demo-shard-0").unwrap();
+    assert_eq!(s0["metadata"]["labels"]["cloud.example.com/zone"], "a");
+    assert_eq!(
+        s0["metadata"]["annotations"]["cloud.example.com/lb-id"],
+        "lb-1"
+    );
+    assert_eq!(
+        s0["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "shardgate"
+    );
+
+    // Replicas 1 -> 2: a port is added; allocated NodePorts are kept.
+    let old: Vec<Vec<i64>> = shard_services(&emu).iter().map(node_ports).collect();
+    patch_spec(&emu, "demo", json!({"replicas": 2})).await;
+    eventually(&emu, "3 ports per shard", |e| {
+        shard_services(e)
+            .iter()
+            .all(|s| node_ports(s).len() == 3 && node_ports(s)[2] != 0)
+            && converged(e, "demo")
+    })
+    .await;
+    for (svc, old) in shard_services(&emu).iter().zip(&old) {
+        assert_eq!(&node_ports(svc)[..2], &old[..], "NodePorts kept");
+    }
+
+    // Shards 3 -> 1: the excess Services (and node objects) are pruned.
+    patch_spec(&emu, "demo", json!({"shards": 1})).await;
+    eventually(&emu, "one shard Service", |e| {
+        shard_services(e).len() == 1 && converged(e, "demo")
+    })
+    .await;
+    assert_eq!(emu.list("statefulsets", Some(NS)).len(), 3);
+    assert_eq!(
+        status(&emu, "demo")["externalEndpoints"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // Disable: every shard Service goes, and the external status with it.
+    patch_spec(&emu, "demo", json!({"externalAccess": {"enabled": false}})).await;
+    eventually(&emu, "no shard Services", |e| {
+        shard_services(e).is_empty() && converged(e, "demo")
+    })
+    .await;
+    assert!(
+        status(&emu, "demo")["externalEndpoints"].is_null(),
+        "{:#}",
+        emu.get("valkeyclusters", NS, "demo").unwrap()
+    );
+    assert!(condition(&emu, "demo", "ExternalAccessReady").is_none());
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_deletes_what_it_does_not_own_and_applies_nothing_on_invalid_spec() {
+    let emu = emulator().await;
+    // Labelled as ours, but owned by nothing.
+    emu.create(
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "valkey-demo-shard-7",
+        "namespace": NS, "labels": {"valkey.io/cluster": "demo", "valkey.io/shard-index": "7",
+        "app.kubernetes.io/managed-by": "shardgate"}},
+        "spec": {"ports": [{"name": "vk-n0", "port": 6379}]}}),
+    )
+    .unwrap();
+    let op = Operator::start(&emu, "solo", None).await;
+    create(&emu, cluster("demo", 2, 0, nodeport())).await;
+    eventually(&emu, "converged", |e| converged(e, "demo")).await;
+    assert!(
+        emu.get("services", NS, "valkey-demo-shard-7").is_some(),
+        "a Service we do not own was deleted"
+    );
+
+    // An invalid spec: nothing applied, nothing deleted; status and an Event
+    // say why.
+    let snapshot = |e: &Emulator| -> Vec<(String, String)> {
+        ["services", "statefulsets", "configmaps"]
+            .iter()
+            .flat_map(|r| e.list(r, Some(NS)))
+            .map(|o| {
+                (
+                    o["metadata"]["name"].as_str().unwrap().into(),
+                    o["metadata"]["resourceVersion"].as_str().unwrap().into(),
+                )
+            })
+            .collect()
+    };
+    let before = snapshot(&emu);
+    patch_spec(
+        &emu,
+        "demo",
+        json!({"shards": 5, "externalAccess": {"preferredEndpointType": "hostname"}}),
+    )
+    .await;
+    eventually(&emu, "Degraded InvalidSpec", |e| {
+        condition(e, "demo", "Degraded") == Some(("True".into(), "InvalidSpec".into()))
+    })
+    .await;
+    op.resync(5).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(snapshot(&emu), before, "objects changed on an invalid spec");
+    let events = emu.list("events.k8s.io/v1/Event", Some(NS));
+    assert!(
+        events.iter().any(|e| e["reason"] == "InvalidSpec"
+            && e["note"]
+                .as_str()
+                .unwrap_or("")
+                .contains("spec.externalAccess.domain")),
+        "{events:#?}"
+    );
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converges_through_conflicts_errors_and_dropped_watches() {
+    let emu = emulator().await;
+    emu.inject(
+        Fault::conflict()
+            .verb(Verb::Apply)
+            .resource("services")
+            .times(3),
+    );
+    emu.inject(
+        Fault::internal_error()
+            .verb(Verb::Apply)
+            .resource("statefulsets")
+            .times(3),
+    );
+    let op = Operator::start(&emu, "solo", None).await;
+    create(&emu, cluster("demo", 3, 1, nodeport())).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    emu.drop_watches();
+    patch_spec(&emu, "demo", json!({"replicas": 0})).await;
+    emu.drop_watches();
+    eventually(&emu, "converged after faults", |e| converged(e, "demo")).await;
+    assert_eq!(shard_services(&emu).len(), 3);
+    assert_eq!(
+        emu.list("statefulsets", Some(NS)).len(),
+        3,
+        "no orphan node objects"
+    );
+    assert_eq!(emu.list("configmaps", Some(NS)).len(), 3);
+    for s in shard_services(&emu) {
+        assert_eq!(node_ports(&s).len(), 1);
+    }
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_writes() {
+    let emu = emulator().await;
+    let lease = |name: &str| LeaseOptions {
+        name: name.into(),
+        namespace: NS.into(),
+        duration_seconds: 3,
+        grace_seconds: 1,
+    };
+    let a = Operator::start(&emu, "replica-a", Some(lease("shardgate-leader"))).await;
+    eventually(&emu, "a leads", |e| {
+        e.get("leases", NS, "shardgate-leader")
+            .is_some_and(|l| l["spec"]["holderIdentity"] == "replica-a")
+    })
+    .await;
+    let b = Operator::start(&emu, "replica-b", Some(lease("shardgate-leader"))).await;
+    create(&emu, cluster("demo", 2, 0, nodeport())).await;
+    eventually(&emu, "converged", |e| converged(e, "demo")).await;
+    assert!(a.writes() > 0);
+    assert_eq!((b.writes(), b.reconciles()), (0, 0), "the standby wrote");
+
+    // The leader goes away; the standby takes over and reconciles.
+    a.stop().await;
+    patch_spec(&emu, "demo", json!({"shards": 3})).await;
+    eventually(&emu, "b took over", |e| {
+        shard_services(e).len() == 3 && converged(e, "demo")
+    })
+    .await;
+    assert!(b.writes() > 0);
+    b.stop().await;
+}
