@@ -194,7 +194,7 @@ fn run_operator(args: RunArgs) -> anyhow::Result<ExitCode> {
             context: args.context,
             namespace: args.namespace,
             listen: Some(args.listen),
-            lease: (!args.no_leader_election).then(|| operator::LeaseOptions {
+            lease: (!args.no_leader_election).then_some(operator::LeaseOptions {
                 name: args.lease_name,
                 namespace: args.lease_namespace,
                 duration_seconds: 15,
