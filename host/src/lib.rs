@@ -5,9 +5,11 @@
 //! around it: the CRD ([`crd`]), the conversion between Kubernetes objects and
 //! the guest's records ([`convert`]), and the command line.
 
+pub mod check;
 pub mod convert;
 pub mod crd;
 pub mod operator;
 pub mod reconciler;
 pub mod render;
 pub mod runtime;
+pub mod valkey;

@@ -32,6 +32,28 @@ enum Command {
     Crd,
     /// Run the operator.
     Run(RunArgs),
+    /// Validate ValkeyCluster manifests offline (files or directories) and
+    /// print every violation with its field path. Exits non-zero on any error.
+    Check(CheckArgs),
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// Manifest files or directories (YAML or JSON, multi-document).
+    #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+    files: Vec<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = CheckFormat::Text)]
+    output: CheckFormat,
+    /// Run this reconcile component instead of the embedded one.
+    #[arg(long)]
+    module: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CheckFormat {
+    Text,
+    Json,
 }
 
 #[derive(clap::Args)]
@@ -104,6 +126,7 @@ fn main() -> ExitCode {
         Command::Render(args) => run_render(args),
         Command::Crd => print_crd(),
         Command::Run(args) => run_operator(args),
+        Command::Check(args) => run_check(args),
     };
     match result {
         Ok(code) => code,
@@ -232,4 +255,46 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let runtime = Runtime::new(Limits::default())?;
+    let module = load_module(&runtime, args.module.as_ref())?;
+    let mut reports = Vec::new();
+    for file in shardgate::check::expand(&args.files)? {
+        reports.extend(shardgate::check::check_file(&file, &module)?);
+    }
+    let failed = reports.iter().any(|r| r.has_errors());
+    match args.output {
+        CheckFormat::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
+        CheckFormat::Text => {
+            for r in &reports {
+                let who = format!(
+                    "{}/{}",
+                    r.namespace.as_deref().unwrap_or("-"),
+                    r.name.as_deref().unwrap_or("-")
+                );
+                if r.violations.is_empty() {
+                    println!("{} (document {}, {who}): ok", r.file.display(), r.document);
+                }
+                for v in &r.violations {
+                    println!(
+                        "{} (document {}, {who}): {}: {}: {}",
+                        r.file.display(),
+                        r.document,
+                        v.severity,
+                        v.field,
+                        v.message
+                    );
+                }
+            }
+            let errors = reports.iter().filter(|r| r.has_errors()).count();
+            println!("{} clusters checked, {errors} with errors", reports.len());
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -42,6 +42,11 @@ pub struct Rendered {
 /// Parses a ValkeyCluster manifest (YAML or JSON). Errors name the field.
 pub fn parse_cluster(text: &str) -> anyhow::Result<ValkeyCluster> {
     let value: serde_json::Value = serde_yaml::from_str(text).context("not valid YAML")?;
+    cluster_from_value(value)
+}
+
+/// A ValkeyCluster from a parsed document. Errors name the field.
+pub fn cluster_from_value(value: serde_json::Value) -> anyhow::Result<ValkeyCluster> {
     let api_version = value
         .get("apiVersion")
         .and_then(|v| v.as_str())

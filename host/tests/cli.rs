@@ -291,3 +291,52 @@ fn every_sample_renders() {
         );
     }
 }
+
+#[test]
+fn check_passes_every_sample() {
+    let out = shardgate(&["check", "-f", "deploy/samples"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("3 clusters checked, 0 with errors"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn check_fails_bad_manifests_with_field_paths() {
+    let out = shardgate(&["check", "-f", "tests/fixtures/invalid"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    for expected in [
+        "bad-fields.yaml (document 1, default/badfields): error: spec.shards: must be at least 1, got 0",
+        "bad-fields.yaml (document 1, default/badfields): error: spec.externalAccess.domain: \"Not_A_Domain\" is not a valid DNS name",
+        "bad-fields.yaml (document 1, default/badfields): error: spec.externalAccess.hostnamePrefix: \"-x\" is not a DNS label",
+        "bad-fields.yaml (document 2, default/badtype): error: spec.shards: invalid type",
+        "hostname-without-domain.yaml (document 1, default/nodomain): error: spec.externalAccess.domain: is required when preferredEndpointType is hostname",
+        "3 clusters checked, 3 with errors",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    let out = shardgate(&[
+        "check",
+        "-o",
+        "json",
+        "-f",
+        "tests/fixtures/invalid/hostname-without-domain.yaml",
+    ]);
+    assert!(!out.status.success());
+    let reports: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        reports[0]["violations"][0]["field"],
+        "spec.externalAccess.domain"
+    );
+    assert_eq!(reports[0]["violations"][0]["severity"], "error");
+}

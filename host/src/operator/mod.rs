@@ -193,10 +193,14 @@ async fn controller(
         .reflect(pods_w)
         .touched_objects();
 
+    // Reconciles run concurrently up to a bound well inside the wasm
+    // runtime's instance pool (one instance per in-flight guest call).
+    let concurrency = (crate::runtime::Runtime::MAX_INSTANCES / 4) as u16;
     let controller = Controller::new(
         api::<ValkeyCluster>(&client, ns),
         watcher::Config::default().any_semantic(),
-    );
+    )
+    .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
     let stores = Stores {
         clusters: controller.store(),
         services: services.clone(),
