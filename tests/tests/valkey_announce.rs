@@ -224,8 +224,18 @@ async fn form_cluster() -> (Cluster3, Vec<MultiplexedConnection>) {
         root,
     };
     let mut conns = Vec::new();
-    for i in 0..SHARDS {
-        conns.push(wait_up(pod_addr(i)).await);
+    for (i, server) in cluster.servers.iter().enumerate() {
+        let mut c = wait_up(pod_addr(i)).await;
+        // Not someone else's server (a leftover of a killed run, say).
+        let pid = info_field(&mut c, "server", "process_id").await;
+        assert_eq!(
+            pid,
+            server.child.id().to_string(),
+            "{} is served by another process (pid {pid}); is a leftover valkey-server \
+             still running?",
+            pod_addr(i)
+        );
+        conns.push(c);
     }
     for (i, c) in conns.iter_mut().enumerate() {
         let _: () = redis::cmd("CLUSTER")
