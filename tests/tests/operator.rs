@@ -264,10 +264,21 @@ async fn converges_then_writes_nothing_and_follows_spec_changes() {
     let before = op.reconciles();
     op.resync(100).await;
     eventually(&emu, "100 reconciles", |_| op.reconciles() >= before + 100).await;
+    println!(
+        "writes during {} reconciles of a converged 3x1 cluster: {} (no-op requests: {})",
+        op.reconciles() - before,
+        emu.total_writes(),
+        emu.noop_counts().values().sum::<u64>()
+    );
     assert_eq!(
         emu.write_counts(),
         Default::default(),
         "writes at steady state"
+    );
+    assert_eq!(
+        emu.noop_counts(),
+        Default::default(),
+        "requests at steady state"
     );
 
     // Another manager's label and annotation survive, with no write loop.
