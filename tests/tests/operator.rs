@@ -215,7 +215,14 @@ fn condition(emu: &Emulator, name: &str, type_: &str) -> Option<(String, String)
         })
 }
 
+/// Ready, not progressing, and the status speaks of the current spec.
 fn converged(emu: &Emulator, name: &str) -> bool {
+    let Some(obj) = emu.get("valkeyclusters", NS, name) else {
+        return false;
+    };
+    if obj["status"]["observedGeneration"] != obj["metadata"]["generation"] {
+        return false;
+    }
     condition(emu, name, "Ready").is_some_and(|(s, _)| s == "True")
         && condition(emu, name, "Progressing").is_some_and(|(s, _)| s == "False")
 }
@@ -308,8 +315,50 @@ async fn converges_then_writes_nothing_and_follows_spec_changes() {
         "shardgate"
     );
 
-    // Replicas 1 -> 2: a port is added; allocated NodePorts are kept.
+    // An annotation change writes the three shard Services and nothing else
+    // (but the status, whose observedGeneration moves).
+    let node_versions = |e: &Emulator| -> Vec<String> {
+        ["statefulsets", "configmaps"]
+            .iter()
+            .flat_map(|r| e.list(r, Some(NS)))
+            .map(|o| {
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let nodes_before = node_versions(&emu);
+    emu.reset_counts();
+    patch_spec(
+        &emu,
+        "demo",
+        json!({"externalAccess": {"serviceAnnotations": {"team.example.com/owner": "orders"}}}),
+    )
+    .await;
+    eventually(&emu, "annotated", |e| {
+        shard_services(e)
+            .iter()
+            .all(|s| s["metadata"]["annotations"]["team.example.com/owner"] == "orders")
+            && converged(e, "demo")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let counts = emu.write_counts();
+    println!("writes for an annotation change: {counts:?}");
+    assert_eq!(emu.writes(Verb::Apply, "services"), 3, "{counts:?}");
+    assert_eq!(
+        node_versions(&emu),
+        nodes_before,
+        "node objects were rewritten"
+    );
+
+    // Replicas 1 -> 2: a port is added; allocated NodePorts are kept; the
+    // existing nodes' objects are not rewritten.
     let old: Vec<Vec<i64>> = shard_services(&emu).iter().map(node_ports).collect();
+    let nodes_before = node_versions(&emu);
+    emu.reset_counts();
     patch_spec(&emu, "demo", json!({"replicas": 2})).await;
     eventually(&emu, "3 ports per shard", |e| {
         shard_services(e)
@@ -321,6 +370,16 @@ async fn converges_then_writes_nothing_and_follows_spec_changes() {
     for (svc, old) in shard_services(&emu).iter().zip(&old) {
         assert_eq!(&node_ports(svc)[..2], &old[..], "NodePorts kept");
     }
+    println!("writes for replicas 1 -> 2: {:?}", emu.write_counts());
+    let after = node_versions(&emu);
+    for v in &nodes_before {
+        assert!(after.contains(v), "an existing node object was rewritten");
+    }
+    assert_eq!(
+        emu.writes(Verb::Apply, "statefulsets"),
+        3,
+        "only the 3 new nodes' StatefulSets"
+    );
 
     // Shards 3 -> 1: the excess Services (and node objects) are pruned.
     patch_spec(&emu, "demo", json!({"shards": 1})).await;
