@@ -536,3 +536,47 @@ async fn only_the_lease_holder_writes() {
     assert!(b.writes() > 0);
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_balancer_endpoints_wait_for_ingress() {
+    let emu = emulator().await;
+    let op = Operator::start(&emu, "solo", None).await;
+    let lb = json!({"enabled": true, "serviceType": "LoadBalancer", "preferredEndpointType": "ip",
+                    "externalTrafficPolicy": "Cluster", "hostnamePrefix": "shard"});
+    create(&emu, cluster("edge", 2, 1, lb)).await;
+    eventually(&emu, "waiting for ingress", |e| {
+        condition(e, "edge", "ExternalAccessReady")
+            == Some(("False".into(), "AwaitingLoadBalancerIngress".into()))
+            && condition(e, "edge", "Ready").is_some_and(|(_, r)| r == "ExternalAccessPending")
+    })
+    .await;
+    // Nothing external is announced before the load balancer has an address.
+    let conf = |e: &Emulator, name: &str| {
+        e.get("configmaps", NS, name).unwrap()["data"]["valkey.conf"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(!conf(&emu, "valkey-edge-1-1").contains("client-port"));
+
+    for shard in 0..2 {
+        emu.set_load_balancer_ingress(
+            NS,
+            &format!("valkey-edge-shard-{shard}"),
+            vec![kube_emulator::Ingress::Ip(format!("127.0.2.{}", shard + 1))],
+        )
+        .unwrap();
+    }
+    eventually(&emu, "converged with ingress", |e| converged(e, "edge")).await;
+    let eps = status(&emu, "edge")["externalEndpoints"].clone();
+    assert_eq!(eps[1]["nodePorts"], json!([6379, 6380]));
+    assert_eq!(eps[1]["nodes"][1]["host"], "127.0.2.2");
+    assert_eq!(eps[1]["nodes"][1]["port"], 6380);
+    let c = conf(&emu, "valkey-edge-1-1");
+    assert!(
+        c.contains("cluster-announce-client-ipv4 127.0.2.2\n"),
+        "{c}"
+    );
+    assert!(c.contains("cluster-announce-client-port 6380\n"), "{c}");
+    op.stop().await;
+}
