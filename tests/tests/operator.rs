@@ -580,3 +580,24 @@ async fn load_balancer_endpoints_wait_for_ingress() {
     assert!(c.contains("cluster-announce-client-port 6380\n"), "{c}");
     op.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stray_pod_with_the_clusters_labels_is_ignored() {
+    let emu = emulator().await;
+    // Not created by the cluster's StatefulSets, but labelled as node 0-0.
+    emu.create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "impostor", "namespace": NS,
+        "labels": {"valkey.io/cluster": "solo", "valkey.io/shard-index": "0", "valkey.io/node-index": "0",
+                   "app.kubernetes.io/managed-by": "shardgate"}},
+        "spec": {"containers": [{"name": "x", "image": "x"}]}}))
+    .unwrap();
+    emu.set_pod_status(NS, "impostor", "10.9.9.9", "203.0.113.66", true)
+        .unwrap();
+    let op = Operator::start(&emu, "solo", None).await;
+    create(&emu, cluster("solo", 1, 0, nodeport())).await;
+    eventually(&emu, "converged", |e| converged(e, "solo")).await;
+    let eps = status(&emu, "solo")["externalEndpoints"].clone();
+    assert_eq!(eps[0]["nodes"][0]["host"], "127.0.0.1", "{eps:#}");
+    let conf = emu.get("configmaps", NS, "valkey-solo-0-0").unwrap()["data"]["valkey.conf"].clone();
+    assert!(!conf.as_str().unwrap().contains("203.0.113.66"), "{conf}");
+    op.stop().await;
+}

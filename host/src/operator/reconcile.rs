@@ -99,12 +99,29 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             s.namespace().as_deref() == Some(&namespace) && apply::owned_by(s.as_ref(), &name, &uid)
         })
         .collect();
+    // Pods count only if a StatefulSet this cluster controls controls them:
+    // a stray pod carrying the cluster's labels cannot inject a host IP.
+    let node_sets: BTreeSet<String> = ctx
+        .stores
+        .stateful_sets
+        .state()
+        .into_iter()
+        .filter(|s| {
+            s.namespace().as_deref() == Some(&namespace) && apply::owned_by(s.as_ref(), &name, &uid)
+        })
+        .filter_map(|s| s.uid())
+        .collect();
     let pods: Vec<_> = ctx
         .stores
         .pods
         .state()
         .into_iter()
         .filter(|p| p.namespace().as_deref() == Some(&namespace))
+        .filter(|p| {
+            p.owner_references()
+                .iter()
+                .any(|r| r.controller == Some(true) && node_sets.contains(&r.uid))
+        })
         .collect();
     let others: Vec<String> = ctx
         .stores
