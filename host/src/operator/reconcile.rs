@@ -235,45 +235,39 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
         .map(|n| n.stateful_set.name_any())
         .collect();
     let mut deleted = Vec::new();
-    for n in apply::prune(
-        client,
-        &stores.services,
-        &namespace,
-        &name,
-        &uid,
-        &keep_services,
-    )
-    .await?
-    {
-        ctx.metrics.write("delete", "services");
-        deleted.push(format!("Service {n}"));
-    }
-    for n in apply::prune(
-        client,
-        &stores.stateful_sets,
-        &namespace,
-        &name,
-        &uid,
-        &keep_nodes,
-    )
-    .await?
-    {
-        ctx.metrics.write("delete", "statefulsets");
-        deleted.push(format!("StatefulSet {n}"));
-    }
-    for n in apply::prune(
-        client,
-        &stores.config_maps,
-        &namespace,
-        &name,
-        &uid,
-        &keep_nodes,
-    )
-    .await?
-    {
-        ctx.metrics.write("delete", "configmaps");
-        deleted.push(format!("ConfigMap {n}"));
-    }
+    let scope = Scope {
+        ctx,
+        namespace: &namespace,
+        cluster: &name,
+        uid: &uid,
+    };
+    scope
+        .prune(
+            &stores.services,
+            "services",
+            "Service",
+            &keep_services,
+            &mut deleted,
+        )
+        .await?;
+    scope
+        .prune(
+            &stores.stateful_sets,
+            "statefulsets",
+            "StatefulSet",
+            &keep_nodes,
+            &mut deleted,
+        )
+        .await?;
+    scope
+        .prune(
+            &stores.config_maps,
+            "configmaps",
+            "ConfigMap",
+            &keep_nodes,
+            &mut deleted,
+        )
+        .await?;
     for d in &deleted {
         publish(
             ctx,
@@ -304,6 +298,47 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
     } else {
         RESYNC
     }))
+}
+
+/// The cluster a prune acts for.
+struct Scope<'a> {
+    ctx: &'a Context,
+    namespace: &'a str,
+    cluster: &'a str,
+    uid: &'a str,
+}
+
+impl Scope<'_> {
+    /// Prunes one kind, counting each delete and noting it for an Event.
+    async fn prune<K>(
+        &self,
+        store: &kube::runtime::reflector::Store<K>,
+        resource: &'static str,
+        kind: &str,
+        keep: &BTreeSet<String>,
+        deleted: &mut Vec<String>,
+    ) -> Result<(), Error>
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let names = apply::prune(
+            &self.ctx.client,
+            store,
+            self.namespace,
+            self.cluster,
+            self.uid,
+            keep,
+        )
+        .await?;
+        for n in names {
+            self.ctx.metrics.write("delete", resource);
+            deleted.push(format!("{kind} {n}"));
+        }
+        Ok(())
+    }
 }
 
 fn note(
