@@ -26,6 +26,10 @@ impl Guest for Component {
                     .map(observed_service)
                     .collect(),
                 pods: input.observed.pods.into_iter().map(observed_pod).collect(),
+                valkey: input
+                    .observed
+                    .valkey
+                    .map(|nodes| nodes.into_iter().map(valkey_node).collect()),
             },
             other_clusters: input.other_clusters,
         };
@@ -123,7 +127,84 @@ fn observed_pod(p: w::ObservedPod) -> m::ObservedPod {
     }
 }
 
+fn slot_range_in(r: w::SlotRange) -> m::SlotRange {
+    m::SlotRange {
+        start: r.start,
+        end: r.end,
+    }
+}
+
+fn valkey_node(n: w::ValkeyNode) -> m::ValkeyNode {
+    m::ValkeyNode {
+        shard: n.shard,
+        node: n.node,
+        id: n.id,
+        primary: n.primary,
+        slots: n.slots.into_iter().map(slot_range_in).collect(),
+        peers: n
+            .peers
+            .into_iter()
+            .map(|p| m::Peer {
+                id: p.id,
+                failed: p.failed,
+            })
+            .collect(),
+        migrating: n.migrating,
+        synced: n.synced,
+        cluster_ok: n.cluster_ok,
+    }
+}
+
 // ---- out of the model -----------------------------------------------------
+
+fn node_ref_out(r: m::NodeRef) -> w::NodeRef {
+    w::NodeRef {
+        shard: r.shard,
+        node: r.node,
+    }
+}
+
+fn slots_out(slots: Vec<m::SlotRange>) -> Vec<w::SlotRange> {
+    slots
+        .into_iter()
+        .map(|r| w::SlotRange {
+            start: r.start,
+            end: r.end,
+        })
+        .collect()
+}
+
+fn step_out(s: m::Step) -> w::Step {
+    match s {
+        m::Step::Meet(x) => w::Step::Meet(w::Meet {
+            node: node_ref_out(x.node),
+            peer: node_ref_out(x.peer),
+        }),
+        m::Step::AddSlots(x) => w::Step::AddSlots(w::AddSlots {
+            node: node_ref_out(x.node),
+            slots: slots_out(x.slots),
+        }),
+        m::Step::Replicate(x) => w::Step::Replicate(w::Replicate {
+            node: node_ref_out(x.node),
+            primary: node_ref_out(x.primary),
+        }),
+        m::Step::Migrate(x) => w::Step::Migrate(w::Migrate {
+            source: node_ref_out(x.source),
+            target: node_ref_out(x.target),
+            slots: slots_out(x.slots),
+        }),
+        m::Step::Forget(id) => w::Step::Forget(id),
+    }
+}
+
+fn topology_out(t: m::Topology) -> w::Topology {
+    w::Topology {
+        steps: t.steps.into_iter().map(step_out).collect(),
+        formed: t.formed,
+        waiting: t.waiting,
+        draining: t.draining,
+    }
+}
 
 fn violation(v: m::Violation) -> w::Violation {
     w::Violation {
@@ -228,5 +309,6 @@ fn desired(d: m::Desired) -> w::Desired {
                 .collect(),
         },
         warnings: d.warnings.into_iter().map(violation).collect(),
+        topology: topology_out(d.topology),
     }
 }

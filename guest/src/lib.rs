@@ -16,6 +16,7 @@ pub mod model;
 pub mod names;
 pub mod services;
 pub mod status;
+pub mod topology;
 pub mod validate;
 
 #[cfg(target_arch = "wasm32")]
@@ -37,22 +38,35 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
     let shards = cluster.shards as u32;
     let nodes = cluster.replicas as u32 + 1;
     let tls = cluster.tls.is_some();
-    let index = Index::new(&input.observed, shards, nodes);
+    let topology = topology::plan(
+        shards,
+        nodes,
+        &input.observed.pods,
+        input.observed.valkey.as_deref(),
+    );
+    // The spec's shards, then the departing shards that must stay until
+    // their slots have moved and their nodes are forgotten.
+    let shard_list: Vec<u32> = (0..shards)
+        .chain(topology.draining.iter().copied())
+        .collect();
+    let span = shard_list.last().map_or(0, |s| s + 1);
+    let index = Index::new(&input.observed, span, nodes);
     let ea = cluster.external_access.as_ref().filter(|ea| ea.enabled);
 
     let externals: Vec<External> = match ea {
-        Some(ea) => (0..shards)
-            .flat_map(|s| (0..nodes).map(move |n| (s, n)))
+        Some(ea) => shard_list
+            .iter()
+            .flat_map(|&s| (0..nodes).map(move |n| (s, n)))
             .map(|(s, n)| endpoints::external(ea, &index, s, n))
             .collect(),
         None => Vec::new(),
     };
 
-    let mut node_list = Vec::with_capacity((shards * nodes) as usize);
-    for shard in 0..shards {
+    let mut node_list = Vec::with_capacity(shard_list.len() * nodes as usize);
+    for (k, &shard) in shard_list.iter().enumerate() {
         for node in 0..nodes {
             let node_name = names::node_name(&cluster.name, shard, node);
-            let announce = match externals.get((shard * nodes + node) as usize) {
+            let announce = match externals.get(k * nodes as usize + node as usize) {
                 Some(ext) => Announce::external(node_name.clone(), ext, tls),
                 None => Announce::none(tls),
             };
@@ -72,11 +86,12 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
     let mut services = Vec::new();
     let mut service_annotations = Vec::new();
     if let Some(ea) = ea {
-        services = services::shard_services(&cluster.name, ea, &index, shards, nodes);
+        services = services::shard_services(&cluster.name, ea, &index, &shard_list, nodes);
         service_annotations = sorted(&ea.service_annotations);
         desired_status.external_endpoints = Some(status::external_endpoints(
             ea.service_type,
             &externals,
+            &shard_list,
             nodes,
         ));
         desired_status
@@ -101,6 +116,7 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
         nodes: node_list,
         status: desired_status,
         warnings: violations,
+        topology,
     })
 }
 

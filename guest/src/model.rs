@@ -209,6 +209,63 @@ pub struct ObservedPod {
 pub struct Observed {
     pub services: Vec<ObservedService>,
     pub pods: Vec<ObservedPod>,
+    pub valkey: Option<Vec<ValkeyNode>>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct SlotRange {
+    pub start: u32,
+    pub end: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct NodeRef {
+    pub shard: u32,
+    pub node: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Peer {
+    pub id: String,
+    pub failed: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct ValkeyNode {
+    pub shard: u32,
+    pub node: u32,
+    pub id: String,
+    pub primary: Option<String>,
+    pub slots: Vec<SlotRange>,
+    pub peers: Vec<Peer>,
+    pub migrating: bool,
+    pub synced: bool,
+    #[cfg_attr(feature = "wasmtime", component(name = "cluster-ok"))]
+    pub cluster_ok: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -453,4 +510,88 @@ pub struct Desired {
     pub nodes: Vec<Node>,
     pub status: Status,
     pub warnings: Vec<Violation>,
+    pub topology: Topology,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Meet {
+    pub node: NodeRef,
+    pub peer: NodeRef,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct AddSlots {
+    pub node: NodeRef,
+    pub slots: Vec<SlotRange>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Replicate {
+    pub node: NodeRef,
+    pub primary: NodeRef,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Migrate {
+    pub source: NodeRef,
+    pub target: NodeRef,
+    pub slots: Vec<SlotRange>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(variant)
+)]
+pub enum Step {
+    #[cfg_attr(feature = "wasmtime", component(name = "meet"))]
+    Meet(Meet),
+    #[cfg_attr(feature = "wasmtime", component(name = "add-slots"))]
+    AddSlots(AddSlots),
+    #[cfg_attr(feature = "wasmtime", component(name = "replicate"))]
+    Replicate(Replicate),
+    #[cfg_attr(feature = "wasmtime", component(name = "migrate"))]
+    Migrate(Migrate),
+    #[cfg_attr(feature = "wasmtime", component(name = "forget"))]
+    Forget(String),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Topology {
+    pub steps: Vec<Step>,
+    pub formed: bool,
+    pub waiting: String,
+    pub draining: Vec<u32>,
 }

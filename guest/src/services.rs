@@ -12,11 +12,12 @@ pub fn shard_services(
     cluster: &str,
     ea: &ExternalAccess,
     index: &Index<'_>,
-    shards: u32,
+    shards: &[u32],
     nodes: u32,
 ) -> Vec<ShardService> {
-    (0..shards)
-        .map(|shard| ShardService {
+    shards
+        .iter()
+        .map(|&shard| ShardService {
             shard,
             name: names::shard_service(cluster, shard),
             service_type: ea.service_type,

@@ -5,17 +5,19 @@ use crate::model::{Condition, ConditionStatus, NodeEndpoint, ServiceType, ShardE
 
 pub const EXTERNAL_ACCESS_READY: &str = "ExternalAccessReady";
 
-/// One entry per shard, in shard order. `externals` is shard-major.
+/// One entry per shard of `shards`, in that order. `externals` is
+/// shard-major, `nodes` per shard.
 pub fn external_endpoints(
     service_type: ServiceType,
     externals: &[External],
+    shards: &[u32],
     nodes: u32,
 ) -> Vec<ShardEndpoint> {
     externals
         .chunks(nodes as usize)
-        .enumerate()
-        .map(|(shard, chunk)| ShardEndpoint {
-            shard: shard as u32,
+        .zip(shards)
+        .map(|(chunk, &shard)| ShardEndpoint {
+            shard,
             // The seed's shape: the allocated NodePort (0 until allocated), or
             // the LoadBalancer's Service port.
             node_ports: chunk.iter().map(|e| e.port).collect(),

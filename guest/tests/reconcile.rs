@@ -137,6 +137,7 @@ fn allocated_node_ports_are_kept_and_announced() {
         pods: (0..3)
             .flat_map(|s| (0..2).map(move |n| pod(s, n, None)))
             .collect(),
+        valkey: None,
     };
     let d = run(cluster(3, 1, Some(hostname_ea())), observed);
     assert_eq!(d.services[2].ports[1].node_port, 31021);
@@ -177,6 +178,7 @@ fn node_ports_are_matched_by_port_name_not_position() {
     let observed = Observed {
         services: vec![ports(0, &[(2, 30002), (0, 30000), (7, 30007)])],
         pods: vec![],
+        valkey: None,
     };
     let d = run(cluster(1, 2, Some(ExternalAccess::default())), observed);
     let p: Vec<_> = d.services[0]
@@ -193,6 +195,7 @@ fn ip_mode_never_announces_a_port_without_a_reachable_ip() {
     let observed = Observed {
         services: vec![ports(0, &[(0, 30000)])],
         pods: vec![pod(0, 0, None)],
+        valkey: None,
     };
     let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
     assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "0");
@@ -207,6 +210,7 @@ fn ip_mode_never_announces_a_port_without_a_reachable_ip() {
     let observed = Observed {
         services: vec![ports(0, &[(0, 30000)])],
         pods: vec![pod(0, 0, Some(HOST))],
+        valkey: None,
     };
     let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
     assert_eq!(
@@ -233,6 +237,7 @@ fn ipv6_host_ip_is_announced_as_client_ipv6() {
             host_ip: Some(IpAddress::V6((0x2001_0db8_0000_0000, 1))),
             ready: true,
         }],
+        valkey: None,
     };
     let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
     assert_eq!(
@@ -265,6 +270,7 @@ fn load_balancer_ingress_ip_is_announced() {
     let observed = Observed {
         services: vec![svc],
         pods: vec![pod(0, 0, Some(HOST)), pod(0, 1, Some(HOST))],
+        valkey: None,
     };
     let d = run(cluster(1, 1, Some(lb_ea())), observed);
     assert_eq!(
@@ -289,6 +295,7 @@ fn hostname_only_load_balancer_announces_its_hostname() {
         Observed {
             services: vec![svc],
             pods: vec![pod(0, 0, Some(HOST))],
+            valkey: None,
         },
     );
     assert_eq!(
@@ -312,6 +319,7 @@ fn replicas_one_to_two_adds_ports_and_keeps_node_ports() {
     let observed = Observed {
         services: vec![ports(0, &[(0, 30100), (1, 30101)])],
         pods: vec![],
+        valkey: None,
     };
     let d = run(cluster(1, 2, Some(ExternalAccess::default())), observed);
     let p: Vec<_> = d.services[0]
@@ -327,6 +335,7 @@ fn shards_three_to_one_drops_excess_services() {
     let observed = Observed {
         services: (0..3).map(|s| ports(s, &[(0, 30000 + s)])).collect(),
         pods: vec![],
+        valkey: None,
     };
     let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
     assert_eq!(d.services.len(), 1);
@@ -335,11 +344,58 @@ fn shards_three_to_one_drops_excess_services() {
     assert_eq!(d.nodes.len(), 1);
 }
 
+/// With Valkey managed, a departing shard that still serves slots keeps its
+/// Service (with its NodePort), its node objects and its endpoints.
+#[test]
+fn shards_three_to_two_keep_a_draining_shard() {
+    use shardgate_guest::model::{Peer, SlotRange, ValkeyNode};
+    let fact = |shard: u32, start: u32, end: u32| ValkeyNode {
+        shard,
+        node: 0,
+        id: format!("id-{shard}"),
+        primary: None,
+        slots: vec![SlotRange { start, end }],
+        peers: (0..3)
+            .filter(|s| *s != shard)
+            .map(|s| Peer {
+                id: format!("id-{s}"),
+                failed: false,
+            })
+            .collect(),
+        migrating: false,
+        synced: true,
+        cluster_ok: true,
+    };
+    let observed = Observed {
+        services: (0..3).map(|s| ports(s, &[(0, 30000 + s)])).collect(),
+        pods: (0..3).map(|s| pod(s, 0, None)).collect(),
+        valkey: Some(vec![
+            fact(0, 0, 5461),
+            fact(1, 5462, 10922),
+            fact(2, 10923, 16383),
+        ]),
+    };
+    let d = run(cluster(2, 0, Some(ExternalAccess::default())), observed);
+    assert_eq!(d.topology.draining, vec![2]);
+    let shards: Vec<u32> = d.services.iter().map(|s| s.shard).collect();
+    assert_eq!(shards, vec![0, 1, 2]);
+    assert_eq!(d.services[2].ports[0].node_port, 30002);
+    assert_eq!(d.nodes.len(), 3);
+    assert!(!d.topology.formed);
+    assert!(
+        d.topology
+            .steps
+            .iter()
+            .all(|s| matches!(s, shardgate_guest::model::Step::Migrate(_)))
+    );
+}
+
 #[test]
 fn disabled_is_identical_to_absent() {
     let observed = Observed {
         services: vec![ports(0, &[(0, 30000)])],
         pods: vec![pod(0, 0, Some(HOST))],
+        valkey: None,
     };
     let disabled = ExternalAccess {
         enabled: false,
@@ -381,6 +437,7 @@ fn tls_announces_the_client_tls_port() {
         Observed {
             services: vec![ports(0, &[(0, 30500)])],
             pods: vec![],
+            valkey: None,
         },
     );
     assert_eq!(
@@ -561,6 +618,7 @@ fn output_ignores_observed_objects_out_of_range() {
     let observed = Observed {
         services: vec![ports(9, &[(0, 30000)])],
         pods: vec![pod(0, 9, Some(HOST)), pod(9, 0, Some(HOST))],
+        valkey: None,
     };
     let a = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
     let b = run(

@@ -100,6 +100,7 @@ pub fn input<'a>(
                 .into_iter()
                 .filter_map(|p| observed_pod(&name, p))
                 .collect(),
+            valkey: None,
         },
         other_clusters,
     }

@@ -52,5 +52,6 @@ pub fn applied(desired: &Desired, before: &Observed) -> Observed {
     Observed {
         services,
         pods: before.pods.clone(),
+        valkey: None,
     }
 }

@@ -100,7 +100,11 @@ pub fn observed(shards: u32, nodes: u32) -> impl Strategy<Value = Observed> {
         vec(service, 0..(s as usize + 1)),
         vec(pod, 0..((s * n) as usize + 1)),
     )
-        .prop_map(|(services, pods)| Observed { services, pods })
+        .prop_map(|(services, pods)| Observed {
+            services,
+            pods,
+            valkey: None,
+        })
 }
 
 /// A cluster and observed state that fits it roughly.

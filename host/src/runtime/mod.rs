@@ -24,7 +24,7 @@ pub use sandbox::Limits;
 use sandbox::State;
 
 /// The interface a reconcile module must export.
-pub const RECONCILER_INTERFACE: &str = "shardgate:reconcile/reconciler@0.1.0";
+pub const RECONCILER_INTERFACE: &str = "shardgate:reconcile/reconciler@0.2.0";
 
 /// How often the epoch advances; deadlines are counted in these ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(5);

@@ -1,0 +1,855 @@
+//! The Valkey cluster's formation and upkeep, as a pure plan.
+//!
+//! The host reads facts from every node that answers (`CLUSTER MYID`, its
+//! view of `CLUSTER NODES`, migration and replication state), always at the
+//! node's pod IP, and passes them here by shard and node index. This module
+//! decides what to do next; the host does it and asks again with fresh
+//! facts. Each plan holds the steps of one phase only, so a step never rests
+//! on a fact an earlier step of the same plan changed:
+//!
+//! 1. **meet**: every answering node joins the first node of the spec;
+//! 2. **assign**: a cluster with no slots gets all 16384, evenly across the
+//!    shard primaries (`ADDSLOTSRANGE`); slots that lost their owner go to
+//!    the shard whose even share holds them;
+//! 3. **replicate**: every other node of a shard replicates the node that
+//!    serves the shard's slots (or node 0 of a new shard);
+//! 4. **balance**: slots move with Valkey 9's atomic slot migration, off
+//!    departing shards and off shards above their share, onto shards below
+//!    it (scale-in and scale-out), the fewest slots possible;
+//! 5. **forget**: departing nodes that serve nothing, and node IDs nothing
+//!    owns any more (a pod that came back with a new ID), are forgotten.
+//!
+//! Nodes are identified by ID, never by address: with client-only announce
+//! settings, `CLUSTER NODES` shows every client (the operator included) the
+//! external endpoints.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::{
+    AddSlots, Meet, Migrate, NodeRef, ObservedPod, Replicate, SlotRange, Step, Topology, ValkeyNode,
+};
+
+/// Hash slots in a Valkey cluster.
+pub const SLOTS: u32 = 16384;
+
+/// Slots per shard when `shards` share them evenly: the first
+/// `16384 % shards` shards take one more.
+pub fn quotas(shards: u32) -> Vec<u32> {
+    (0..shards)
+        .map(|s| SLOTS / shards + u32::from(s < SLOTS % shards))
+        .collect()
+}
+
+/// The contiguous even share of each shard, in shard order.
+pub fn even_ranges(shards: u32) -> Vec<SlotRange> {
+    let mut start = 0;
+    quotas(shards)
+        .into_iter()
+        .map(|q| {
+            let r = SlotRange {
+                start,
+                end: start + q - 1,
+            };
+            start += q;
+            r
+        })
+        .collect()
+}
+
+/// Contiguous ranges of a sorted list of slots.
+pub fn ranges(slots: &[u32]) -> Vec<SlotRange> {
+    let mut out: Vec<SlotRange> = Vec::new();
+    for &s in slots {
+        match out.last_mut() {
+            Some(r) if r.end + 1 == s => r.end = s,
+            _ => out.push(SlotRange { start: s, end: s }),
+        }
+    }
+    out
+}
+
+fn node_ref(n: &ValkeyNode) -> NodeRef {
+    NodeRef {
+        shard: n.shard,
+        node: n.node,
+    }
+}
+
+fn owns_slots(n: &ValkeyNode) -> bool {
+    !n.slots.is_empty()
+}
+
+fn knows(n: &ValkeyNode, id: &str) -> bool {
+    n.id == id || n.peers.iter().any(|p| p.id == id)
+}
+
+/// The facts, indexed.
+struct View<'a> {
+    shards: u32,
+    nodes: u32,
+    /// One fact per (shard, node), in index order.
+    facts: Vec<&'a ValkeyNode>,
+    /// Index into `facts` of the node serving each slot.
+    owner: Vec<Option<usize>>,
+}
+
+impl<'a> View<'a> {
+    fn new(shards: u32, nodes: u32, all: &'a [ValkeyNode]) -> Self {
+        let mut by_ref: BTreeMap<(u32, u32), &ValkeyNode> = BTreeMap::new();
+        for f in all {
+            by_ref.entry((f.shard, f.node)).or_insert(f);
+        }
+        let facts: Vec<&ValkeyNode> = by_ref.into_values().collect();
+        let mut owner = vec![None; SLOTS as usize];
+        for (i, f) in facts.iter().enumerate() {
+            for r in &f.slots {
+                for slot in r.start..=r.end.min(SLOTS - 1) {
+                    owner[slot as usize] = Some(i);
+                }
+            }
+        }
+        View {
+            shards,
+            nodes,
+            facts,
+            owner,
+        }
+    }
+
+    fn is_desired(&self, n: &ValkeyNode) -> bool {
+        n.shard < self.shards && n.node < self.nodes
+    }
+
+    fn desired(&self) -> impl Iterator<Item = &'a ValkeyNode> + '_ {
+        self.facts.iter().copied().filter(|f| self.is_desired(f))
+    }
+
+    fn get(&self, shard: u32, node: u32) -> Option<&'a ValkeyNode> {
+        self.facts
+            .iter()
+            .copied()
+            .find(|f| f.shard == shard && f.node == node)
+    }
+
+    fn by_id(&self, id: &str) -> Option<&'a ValkeyNode> {
+        self.facts.iter().copied().find(|f| f.id == id)
+    }
+
+    /// Desired nodes that did not answer.
+    fn missing(&self) -> Vec<NodeRef> {
+        (0..self.shards)
+            .flat_map(|shard| (0..self.nodes).map(move |node| NodeRef { shard, node }))
+            .filter(|r| self.get(r.shard, r.node).is_none())
+            .collect()
+    }
+
+    fn owned_slots(&self) -> usize {
+        self.owner.iter().filter(|o| o.is_some()).count()
+    }
+
+    /// The node that serves shard `shard`'s slots; for a shard without
+    /// slots, the node its members already follow, else node 0.
+    fn primary(&self, shard: u32) -> Result<Option<&'a ValkeyNode>, String> {
+        let members: Vec<&ValkeyNode> = self
+            .facts
+            .iter()
+            .copied()
+            .filter(|f| f.shard == shard && f.node < self.nodes)
+            .collect();
+        let serving: Vec<&&ValkeyNode> = members.iter().filter(|f| owns_slots(f)).collect();
+        match serving.as_slice() {
+            [one] => return Ok(Some(**one)),
+            [] => {}
+            _ => {
+                return Err(format!(
+                    "shard {shard} has more than one node serving slots"
+                ));
+            }
+        }
+        let followed = members
+            .iter()
+            .filter_map(|f| f.primary.as_deref())
+            .filter_map(|id| self.by_id(id))
+            .find(|p| p.shard == shard && p.node < self.nodes && p.primary.is_none());
+        if let Some(p) = followed {
+            return Ok(Some(p));
+        }
+        Ok(members
+            .iter()
+            .copied()
+            .find(|f| f.node == 0 && f.primary.is_none())
+            .or_else(|| members.iter().copied().find(|f| f.primary.is_none())))
+    }
+}
+
+fn describe(r: NodeRef) -> String {
+    format!("shard {} node {}", r.shard, r.node)
+}
+
+/// The next steps for a cluster of `shards` shards of `nodes` nodes each.
+/// `pods` are the observed pods, `facts` what their Valkey nodes report;
+/// `None` means Valkey is not managed: no plan and nothing drains.
+pub fn plan(
+    shards: u32,
+    nodes: u32,
+    pods: &[ObservedPod],
+    facts: Option<&[ValkeyNode]>,
+) -> Topology {
+    let Some(facts) = facts else {
+        return Topology {
+            waiting: "the operator does not manage Valkey".into(),
+            ..Topology::default()
+        };
+    };
+    let view = View::new(shards, nodes, facts);
+    let draining = draining(&view, pods);
+    let (steps, waiting) = next_steps(&view, pods);
+    let formed = steps.is_empty() && waiting.is_none() && is_formed(&view);
+    let waiting = match (formed, waiting) {
+        (true, _) => String::new(),
+        (false, Some(w)) => w,
+        (false, None) if !steps.is_empty() => format!("{} step(s) to run", steps.len()),
+        (false, None) => not_formed_reason(&view),
+    };
+    Topology {
+        steps,
+        formed,
+        waiting,
+        draining,
+    }
+}
+
+/// Shards past the spec that must stay: a pod of theirs did not answer (it
+/// cannot be checked), or a node of theirs serves slots or is still known.
+fn draining(view: &View<'_>, pods: &[ObservedPod]) -> Vec<u32> {
+    let mut out = BTreeSet::new();
+    for p in pods.iter().filter(|p| p.shard >= view.shards) {
+        match view.get(p.shard, p.node) {
+            None => {
+                out.insert(p.shard);
+            }
+            Some(f) if owns_slots(f) || view.desired().any(|d| knows(d, &f.id)) => {
+                out.insert(p.shard);
+            }
+            Some(_) => {}
+        }
+    }
+    for f in view.facts.iter().filter(|f| f.shard >= view.shards) {
+        if owns_slots(f) || view.desired().any(|d| knows(d, &f.id)) {
+            out.insert(f.shard);
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The first phase with work: its steps, or why nothing can be done yet.
+fn next_steps(view: &View<'_>, pods: &[ObservedPod]) -> (Vec<Step>, Option<String>) {
+    let Some(anchor) = view.desired().next() else {
+        return (Vec::new(), Some("no node of the spec answered yet".into()));
+    };
+    let phases: [&dyn Fn() -> Phase; 5] = [
+        &|| meet(view, anchor),
+        &|| assign(view),
+        &|| replicate(view),
+        &|| balance(view),
+        &|| forget(view, pods),
+    ];
+    for phase in phases {
+        match phase() {
+            Phase::Done => continue,
+            Phase::Steps(steps) => return (steps, None),
+            Phase::Wait(why) => return (Vec::new(), Some(why)),
+        }
+    }
+    (Vec::new(), None)
+}
+
+enum Phase {
+    /// Nothing to do in this phase.
+    Done,
+    Steps(Vec<Step>),
+    /// Work remains but cannot be done yet.
+    Wait(String),
+}
+
+fn steps_or_done(steps: Vec<Step>) -> Phase {
+    if steps.is_empty() {
+        Phase::Done
+    } else {
+        Phase::Steps(steps)
+    }
+}
+
+/// Every answering node that does not know the anchor (and is not known by
+/// it) meets it; gossip spreads the rest. A node that serves slots of its
+/// own is never merged into a cluster that serves slots.
+fn meet(view: &View<'_>, anchor: &ValkeyNode) -> Phase {
+    let cluster_serves = view
+        .owner
+        .iter()
+        .flatten()
+        .any(|&i| knows(anchor, &view.facts[i].id));
+    let mut steps = Vec::new();
+    for f in view.desired() {
+        if f.id == anchor.id || knows(anchor, &f.id) || knows(f, &anchor.id) {
+            continue;
+        }
+        if owns_slots(f) && cluster_serves {
+            return Phase::Wait(format!(
+                "{} serves slots but is not part of the cluster; two clusters are never merged",
+                describe(node_ref(f))
+            ));
+        }
+        steps.push(Step::Meet(Meet {
+            node: node_ref(f),
+            peer: node_ref(anchor),
+        }));
+    }
+    steps_or_done(steps)
+}
+
+/// Slots nobody serves: all of them on a new cluster, once every primary
+/// answers; otherwise the ones that lost their owner.
+fn assign(view: &View<'_>) -> Phase {
+    let owned = view.owned_slots();
+    if owned == SLOTS as usize {
+        return Phase::Done;
+    }
+    if view.facts.iter().any(|f| f.migrating) {
+        return Phase::Wait("a slot migration is under way".into());
+    }
+    let mut primaries = Vec::new();
+    for shard in 0..view.shards {
+        match view.primary(shard) {
+            Ok(Some(p)) if owned > 0 || p.node == 0 => primaries.push(p),
+            Ok(_) => {
+                return Phase::Wait(format!(
+                    "shard {shard} has no primary that answers yet; slots are assigned once \
+                     every primary answers"
+                ));
+            }
+            Err(e) => return Phase::Wait(e),
+        }
+    }
+    let mut steps = Vec::new();
+    for (p, share) in primaries.iter().zip(even_ranges(view.shards)) {
+        let free: Vec<u32> = (share.start..=share.end)
+            .filter(|&s| view.owner[s as usize].is_none())
+            .collect();
+        if !free.is_empty() {
+            steps.push(Step::AddSlots(AddSlots {
+                node: node_ref(p),
+                slots: ranges(&free),
+            }));
+        }
+    }
+    steps_or_done(steps)
+}
+
+/// Every other node of a shard replicates the shard's primary.
+fn replicate(view: &View<'_>) -> Phase {
+    let mut steps = Vec::new();
+    for shard in 0..view.shards {
+        let primary = match view.primary(shard) {
+            Ok(Some(p)) => p,
+            Ok(None) => continue,
+            Err(e) => return Phase::Wait(e),
+        };
+        for f in view
+            .desired()
+            .filter(|f| f.shard == shard && f.id != primary.id)
+        {
+            if f.primary.as_deref() == Some(primary.id.as_str()) {
+                continue;
+            }
+            if owns_slots(f) {
+                return Phase::Wait(format!(
+                    "{} serves slots but should replicate {}",
+                    describe(node_ref(f)),
+                    describe(node_ref(primary))
+                ));
+            }
+            if !knows(f, &primary.id) {
+                return Phase::Wait(format!(
+                    "{} does not know {} yet (gossip)",
+                    describe(node_ref(f)),
+                    describe(node_ref(primary))
+                ));
+            }
+            steps.push(Step::Replicate(Replicate {
+                node: node_ref(f),
+                primary: node_ref(primary),
+            }));
+        }
+    }
+    steps_or_done(steps)
+}
+
+/// Moves the fewest slots that bring every shard of the spec to its even
+/// share, emptying departing shards.
+fn balance(view: &View<'_>) -> Phase {
+    if view.facts.iter().any(|f| f.migrating) {
+        return Phase::Wait("a slot migration is under way".into());
+    }
+    let quotas = quotas(view.shards);
+    let mut primaries = Vec::with_capacity(view.shards as usize);
+    for shard in 0..view.shards {
+        match view.primary(shard) {
+            Ok(Some(p)) => primaries.push(p),
+            Ok(None) => return Phase::Wait(format!("shard {shard} has no primary that answers")),
+            Err(e) => return Phase::Wait(e),
+        }
+    }
+    // Slots per serving node, ascending.
+    let mut held: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+    for (slot, owner) in view.owner.iter().enumerate() {
+        if let Some(i) = owner {
+            held.entry(*i).or_default().push(slot as u32);
+        }
+    }
+    // Surplus: everything a departing node serves; a spec shard's slots
+    // beyond its share (its highest ones).
+    let mut surplus: Vec<(usize, u32)> = Vec::new();
+    let mut count = vec![0u32; view.shards as usize];
+    for (&i, slots) in &held {
+        let f = view.facts[i];
+        if !view.is_desired(f) {
+            surplus.extend(slots.iter().map(|&s| (i, s)));
+            continue;
+        }
+        let q = quotas[f.shard as usize] as usize;
+        if slots.len() > q {
+            surplus.extend(slots[q..].iter().map(|&s| (i, s)));
+        }
+        count[f.shard as usize] += slots.len().min(q) as u32;
+    }
+    // Hand the surplus, in order, to the shards below their share.
+    let mut moves: BTreeMap<(usize, u32), Vec<u32>> = BTreeMap::new();
+    let mut next = surplus.into_iter();
+    'shards: for shard in 0..view.shards as usize {
+        while count[shard] < quotas[shard] {
+            let Some((from, slot)) = next.next() else {
+                break 'shards;
+            };
+            // A shard with surplus is at its share, so never receives.
+            debug_assert_ne!(view.facts[from].shard as usize, shard);
+            moves.entry((from, shard as u32)).or_default().push(slot);
+            count[shard] += 1;
+        }
+    }
+    let mut steps = Vec::new();
+    for ((from, shard), mut slots) in moves {
+        slots.sort_unstable();
+        let source = view.facts[from];
+        let target = primaries[shard as usize];
+        if !knows(source, &target.id) {
+            return Phase::Wait(format!(
+                "{} does not know {} yet (gossip)",
+                describe(node_ref(source)),
+                describe(node_ref(target))
+            ));
+        }
+        steps.push(Step::Migrate(Migrate {
+            source: node_ref(source),
+            target: node_ref(target),
+            slots: ranges(&slots),
+        }));
+    }
+    steps_or_done(steps)
+}
+
+/// Departing nodes that serve nothing and nobody follows; IDs that no node
+/// of ours holds any more.
+fn forget(view: &View<'_>, pods: &[ObservedPod]) -> Phase {
+    let mut ids: BTreeSet<&str> = BTreeSet::new();
+    for f in view.facts.iter().filter(|f| !view.is_desired(f)) {
+        let followed = view
+            .desired()
+            .any(|d| d.primary.as_deref() == Some(f.id.as_str()));
+        if !owns_slots(f) && !followed && view.desired().any(|d| knows(d, &f.id)) {
+            ids.insert(&f.id);
+        }
+    }
+    // A failed ID held by no node of ours is a ghost (a pod that came back
+    // with a new ID, a removed replica), but only when every pod answered:
+    // an unanswering node may be the one holding it.
+    let every_pod_answered = pods.iter().all(|p| view.get(p.shard, p.node).is_some());
+    if view.missing().is_empty() && every_pod_answered {
+        for d in view.desired() {
+            for p in d.peers.iter().filter(|p| p.failed) {
+                if view.by_id(&p.id).is_none() {
+                    ids.insert(&p.id);
+                }
+            }
+        }
+    }
+    steps_or_done(ids.into_iter().map(|id| Step::Forget(id.into())).collect())
+}
+
+/// Every spec node answered, the spec's shards serve every slot at their
+/// share, each has its replicas in sync, nothing is migrating or departing.
+fn is_formed(view: &View<'_>) -> bool {
+    if !view.missing().is_empty() || view.facts.iter().any(|f| !view.is_desired(f)) {
+        return false;
+    }
+    if view
+        .facts
+        .iter()
+        .any(|f| f.migrating || !f.synced || !f.cluster_ok)
+    {
+        return false;
+    }
+    let quotas = quotas(view.shards);
+    (0..view.shards).all(|shard| {
+        let Ok(Some(p)) = view.primary(shard) else {
+            return false;
+        };
+        let served: u32 = p.slots.iter().map(|r| r.end - r.start + 1).sum();
+        served == quotas[shard as usize]
+            && view
+                .desired()
+                .filter(|f| f.shard == shard && f.id != p.id)
+                .all(|f| f.primary.as_deref() == Some(p.id.as_str()))
+    })
+}
+
+fn not_formed_reason(view: &View<'_>) -> String {
+    let missing = view.missing();
+    if let Some(first) = missing.first() {
+        return format!(
+            "{} of {} nodes answer; {} does not",
+            view.shards * view.nodes - missing.len() as u32,
+            view.shards * view.nodes,
+            describe(*first)
+        );
+    }
+    if let Some(f) = view.facts.iter().find(|f| !f.synced) {
+        return format!(
+            "{} has not finished its initial sync",
+            describe(node_ref(f))
+        );
+    }
+    if let Some(f) = view.facts.iter().find(|f| !f.cluster_ok) {
+        return format!(
+            "{} does not see every slot served yet (gossip)",
+            describe(node_ref(f))
+        );
+    }
+    if view.facts.iter().any(|f| !view.is_desired(f)) {
+        return "departing nodes are not removed yet".into();
+    }
+    "the cluster is converging".into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Peer;
+
+    fn id(shard: u32, node: u32) -> String {
+        format!("id-{shard}-{node}")
+    }
+
+    fn fact(shard: u32, node: u32) -> ValkeyNode {
+        ValkeyNode {
+            shard,
+            node,
+            id: id(shard, node),
+            primary: None,
+            slots: Vec::new(),
+            peers: Vec::new(),
+            migrating: false,
+            synced: true,
+            cluster_ok: true,
+        }
+    }
+
+    fn pods(facts: &[ValkeyNode]) -> Vec<ObservedPod> {
+        facts
+            .iter()
+            .map(|f| ObservedPod {
+                shard: f.shard,
+                node: f.node,
+                host_ip: None,
+                ready: true,
+            })
+            .collect()
+    }
+
+    /// Every node knows every other node.
+    fn mesh(facts: &mut [ValkeyNode]) {
+        let ids: Vec<String> = facts.iter().map(|f| f.id.clone()).collect();
+        for f in facts.iter_mut() {
+            f.peers = ids
+                .iter()
+                .filter(|i| **i != f.id)
+                .map(|i| Peer {
+                    id: i.clone(),
+                    failed: false,
+                })
+                .collect();
+        }
+    }
+
+    /// Applies a plan the way Valkey would, instantly.
+    fn apply(facts: &mut Vec<ValkeyNode>, steps: &[Step]) {
+        let idx = |facts: &Vec<ValkeyNode>, r: NodeRef| {
+            facts
+                .iter()
+                .position(|f| f.shard == r.shard && f.node == r.node)
+                .unwrap()
+        };
+        let mut met = false;
+        for step in steps {
+            match step {
+                Step::Meet(_) => met = true,
+                Step::AddSlots(a) => {
+                    let i = idx(facts, a.node);
+                    facts[i].slots.extend(a.slots.iter().copied());
+                }
+                Step::Replicate(r) => {
+                    let p = facts[idx(facts, r.primary)].id.clone();
+                    let i = idx(facts, r.node);
+                    facts[i].primary = Some(p);
+                }
+                Step::Migrate(m) => {
+                    let s = idx(facts, m.source);
+                    let t = idx(facts, m.target);
+                    let moving: BTreeSet<u32> =
+                        m.slots.iter().flat_map(|r| r.start..=r.end).collect();
+                    let keep: Vec<u32> = facts[s]
+                        .slots
+                        .iter()
+                        .flat_map(|r| r.start..=r.end)
+                        .filter(|x| !moving.contains(x))
+                        .collect();
+                    facts[s].slots = ranges(&keep);
+                    let mut got: Vec<u32> = facts[t]
+                        .slots
+                        .iter()
+                        .flat_map(|r| r.start..=r.end)
+                        .chain(moving)
+                        .collect();
+                    got.sort_unstable();
+                    facts[t].slots = ranges(&got);
+                }
+                Step::Forget(gone) => {
+                    for f in facts.iter_mut() {
+                        f.peers.retain(|p| &p.id != gone);
+                    }
+                    facts.retain(|f| &f.id != gone);
+                }
+            }
+        }
+        if met {
+            mesh(facts);
+        }
+    }
+
+    /// Runs plans until the cluster is formed; returns every plan.
+    fn converge(shards: u32, nodes: u32, facts: &mut Vec<ValkeyNode>) -> Vec<Vec<Step>> {
+        let mut plans = Vec::new();
+        for _ in 0..20 {
+            let t = plan(shards, nodes, &pods(facts), Some(facts));
+            if t.formed {
+                return plans;
+            }
+            assert!(!t.steps.is_empty(), "stuck: {}", t.waiting);
+            apply(facts, &t.steps);
+            plans.push(t.steps);
+        }
+        panic!("did not converge");
+    }
+
+    fn served(facts: &[ValkeyNode], shard: u32) -> u32 {
+        facts
+            .iter()
+            .filter(|f| f.shard == shard)
+            .flat_map(|f| &f.slots)
+            .map(|r| r.end - r.start + 1)
+            .sum()
+    }
+
+    #[test]
+    fn quotas_cover_every_slot() {
+        for shards in 1..=40 {
+            assert_eq!(quotas(shards).iter().sum::<u32>(), SLOTS);
+            let r = even_ranges(shards);
+            assert_eq!(r[0].start, 0);
+            assert_eq!(r.last().unwrap().end, SLOTS - 1);
+        }
+        assert_eq!(quotas(3), vec![5462, 5461, 5461]);
+    }
+
+    #[test]
+    fn unmanaged_plans_nothing() {
+        let t = plan(3, 1, &[], None);
+        assert!(t.steps.is_empty() && !t.formed && t.draining.is_empty());
+    }
+
+    #[test]
+    fn a_new_cluster_forms_in_meet_assign_replicate_order() {
+        let mut facts: Vec<ValkeyNode> = (0..3)
+            .flat_map(|s| (0..2).map(move |n| fact(s, n)))
+            .collect();
+        let plans = converge(3, 2, &mut facts);
+        assert_eq!(plans.len(), 3);
+        assert!(plans[0].iter().all(|s| matches!(s, Step::Meet(_))));
+        assert_eq!(plans[0].len(), 5);
+        assert!(plans[1].iter().all(|s| matches!(s, Step::AddSlots(_))));
+        assert!(plans[2].iter().all(|s| matches!(s, Step::Replicate(_))));
+        for shard in 0..3 {
+            assert_eq!(served(&facts, shard), quotas(3)[shard as usize]);
+            let p = facts
+                .iter()
+                .find(|f| f.shard == shard && f.node == 0)
+                .unwrap();
+            let r = facts
+                .iter()
+                .find(|f| f.shard == shard && f.node == 1)
+                .unwrap();
+            assert_eq!(r.primary.as_deref(), Some(p.id.as_str()));
+        }
+    }
+
+    #[test]
+    fn slots_wait_for_every_primary() {
+        let mut facts = vec![fact(0, 0), fact(1, 0)];
+        mesh(&mut facts);
+        let t = plan(3, 1, &pods(&facts), Some(&facts));
+        assert!(t.steps.is_empty() && !t.formed);
+        assert!(t.waiting.contains("shard 2"), "{}", t.waiting);
+    }
+
+    #[test]
+    fn scale_in_drains_then_forgets_then_lets_go() {
+        let mut facts: Vec<ValkeyNode> = (0..3).map(|s| fact(s, 0)).collect();
+        converge(3, 1, &mut facts);
+        // Spec drops to 2 shards: shard 2 drains first.
+        let t = plan(2, 1, &pods(&facts), Some(&facts));
+        assert_eq!(t.draining, vec![2]);
+        assert!(t.steps.iter().all(|s| matches!(s, Step::Migrate(_))));
+        let moved: u32 = t
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Migrate(m) => m.slots.iter().map(|r| r.end - r.start + 1).sum::<u32>(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(moved, quotas(3)[2], "only the departing shard's slots move");
+        apply(&mut facts, &t.steps);
+        let t = plan(2, 1, &pods(&facts), Some(&facts));
+        assert_eq!(t.draining, vec![2], "still known: kept until forgotten");
+        assert_eq!(t.steps, vec![Step::Forget(id(2, 0))]);
+        let all_pods = pods(&facts);
+        apply(&mut facts, &t.steps);
+        // Forgotten: no longer known, so its objects may go.
+        let still: Vec<ValkeyNode> = facts.iter().filter(|f| f.shard < 2).cloned().collect();
+        let t = plan(2, 1, &all_pods[..2], Some(&still));
+        assert!(t.formed, "{}", t.waiting);
+        assert!(t.draining.is_empty());
+        assert_eq!(served(&facts, 0) + served(&facts, 1), SLOTS);
+    }
+
+    #[test]
+    fn a_draining_shard_that_does_not_answer_is_kept() {
+        let mut facts: Vec<ValkeyNode> = (0..3).map(|s| fact(s, 0)).collect();
+        converge(3, 1, &mut facts);
+        let all_pods = pods(&facts);
+        facts.pop();
+        let t = plan(2, 1, &all_pods, Some(&facts));
+        assert_eq!(t.draining, vec![2]);
+        assert!(!t.formed);
+    }
+
+    #[test]
+    fn scale_out_moves_the_fewest_slots() {
+        let mut facts: Vec<ValkeyNode> = (0..2).map(|s| fact(s, 0)).collect();
+        converge(2, 1, &mut facts);
+        facts.push(fact(2, 0));
+        let plans = converge(3, 1, &mut facts);
+        let moved: u32 = plans
+            .iter()
+            .flatten()
+            .map(|s| match s {
+                Step::Migrate(m) => m.slots.iter().map(|r| r.end - r.start + 1).sum::<u32>(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(moved, quotas(3)[2]);
+        for shard in 0..3 {
+            assert_eq!(served(&facts, shard), quotas(3)[shard as usize]);
+        }
+    }
+
+    #[test]
+    fn a_failed_over_shard_keeps_its_new_primary() {
+        let mut facts: Vec<ValkeyNode> = (0..2)
+            .flat_map(|s| (0..2).map(move |n| fact(s, n)))
+            .collect();
+        converge(2, 2, &mut facts);
+        // Node 1 of shard 0 took over; node 0 came back as its replica.
+        let slots = std::mem::take(&mut facts[0].slots);
+        facts[1].slots = slots;
+        facts[1].primary = None;
+        facts[0].primary = Some(id(0, 1));
+        let t = plan(2, 2, &pods(&facts), Some(&facts));
+        assert!(t.formed, "{}", t.waiting);
+        assert!(t.steps.is_empty());
+    }
+
+    #[test]
+    fn ghosts_are_forgotten_only_when_every_pod_answers() {
+        let mut facts: Vec<ValkeyNode> = (0..2).map(|s| fact(s, 0)).collect();
+        converge(2, 1, &mut facts);
+        facts[0].peers.push(Peer {
+            id: "ghost".into(),
+            failed: true,
+        });
+        let t = plan(2, 1, &pods(&facts), Some(&facts));
+        assert_eq!(t.steps, vec![Step::Forget("ghost".into())]);
+        let mut with_silent = pods(&facts);
+        with_silent.push(ObservedPod {
+            shard: 1,
+            node: 1,
+            host_ip: None,
+            ready: false,
+        });
+        let t = plan(2, 1, &with_silent, Some(&facts));
+        assert!(t.steps.is_empty());
+    }
+
+    #[test]
+    fn two_clusters_are_never_merged() {
+        let mut a = vec![fact(0, 0), fact(1, 0)];
+        converge(2, 1, &mut a);
+        let mut stray = fact(1, 1);
+        stray.slots = vec![SlotRange { start: 0, end: 10 }];
+        a.push(stray);
+        let t = plan(2, 2, &pods(&a), Some(&a));
+        assert!(t.steps.is_empty());
+        assert!(t.waiting.contains("never merged"), "{}", t.waiting);
+    }
+
+    #[test]
+    fn lost_slots_return_to_their_even_share() {
+        let mut facts: Vec<ValkeyNode> = (0..2).map(|s| fact(s, 0)).collect();
+        converge(2, 1, &mut facts);
+        facts[1].slots = vec![SlotRange {
+            start: 8192,
+            end: 9000,
+        }];
+        let t = plan(2, 1, &pods(&facts), Some(&facts));
+        assert_eq!(
+            t.steps,
+            vec![Step::AddSlots(AddSlots {
+                node: NodeRef { shard: 1, node: 0 },
+                slots: vec![SlotRange {
+                    start: 9001,
+                    end: 16383
+                }],
+            })]
+        );
+    }
+}
