@@ -39,6 +39,8 @@ impl Operator {
             lease,
             identity: identity.into(),
             reconcile_all: Some(resync.clone()),
+            // The emulator's pods are not real processes.
+            manage_valkey: false,
         };
         let module: Arc<dyn Reconciler> = Arc::new(MODULE.clone());
         let task = tokio::spawn(operator::run(

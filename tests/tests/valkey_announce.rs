@@ -349,6 +349,7 @@ fn announce_settings(node_ports: Option<&[u16]>) -> Vec<Vec<(String, String)>> {
                         ready: true,
                     })
                     .collect(),
+                valkey: None,
             },
         ),
         None => (None, Observed::default()),

@@ -29,6 +29,8 @@ pub struct Context {
     pub stores: Stores,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    /// Whether reconciles talk to the Valkey nodes.
+    pub manage_valkey: bool,
     module: RwLock<Arc<dyn Reconciler>>,
     failures: Mutex<HashMap<ObjectRef<ValkeyCluster>, u32>>,
 }
@@ -40,6 +42,7 @@ impl Context {
         module: Arc<dyn Reconciler>,
         metrics: Arc<Metrics>,
         instance: String,
+        manage_valkey: bool,
     ) -> Self {
         let reporter = Reporter {
             controller: "shardgate".into(),
@@ -50,6 +53,7 @@ impl Context {
             client,
             stores,
             metrics,
+            manage_valkey,
             module: RwLock::new(module),
             failures: Mutex::new(HashMap::new()),
         }

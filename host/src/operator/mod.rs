@@ -13,6 +13,7 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;
+pub mod valkey;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -52,6 +53,10 @@ pub struct Options {
     pub identity: String,
     /// Each message re-reconciles every cluster (e.g. after a module swap).
     pub reconcile_all: Option<tokio::sync::broadcast::Sender<()>>,
+    /// Talk to the Valkey nodes (at their pod IPs): form the cluster, keep
+    /// its topology and apply announce settings live. Off only where pods
+    /// are not real (API-only tests).
+    pub manage_valkey: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -214,6 +219,7 @@ async fn controller(
         module,
         metrics,
         options.identity.clone(),
+        options.manage_valkey,
     ));
 
     // Ready once every cache has its first list.

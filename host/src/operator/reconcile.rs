@@ -12,11 +12,12 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use shardgate_guest::model::{Desired, Severity, Violation};
+use shardgate_guest::model::{Desired, Severity, Topology, Violation};
 use tracing::{info, warn};
 
 use super::apply::{self, Applied, FIELD_MANAGER};
 use super::context::Context;
+use super::valkey::{self as valkey_stage, Nodes};
 use crate::convert;
 use crate::crd::{ValkeyCluster, ValkeyClusterStatus};
 use crate::runtime::CallError;
@@ -32,6 +33,10 @@ pub enum Error {
     Join(#[from] tokio::task::JoinError),
     #[error("cluster has no uid or namespace")]
     Incomplete,
+    #[error("{0}")]
+    Valkey(#[from] crate::valkey::Error),
+    #[error("{0}")]
+    Topology(#[from] valkey_stage::StepError),
 }
 
 impl Error {
@@ -40,6 +45,7 @@ impl Error {
             Error::Kube(_) => "ApiError",
             Error::Module(_) | Error::Join(_) => "ModuleFailed",
             Error::Incomplete => "Incomplete",
+            Error::Valkey(_) | Error::Topology(_) => "ValkeyFailed",
         }
     }
 }
@@ -48,6 +54,9 @@ impl Error {
 pub const RESYNC: Duration = Duration::from_secs(300);
 /// How soon to look again while something is still pending.
 pub const PENDING_RECHECK: Duration = Duration::from_secs(15);
+/// How soon to look again while the Valkey cluster is forming or changing
+/// shape (gossip, syncs and migrations take seconds).
+pub const TOPOLOGY_RECHECK: Duration = Duration::from_secs(1);
 
 #[tracing::instrument(skip_all, fields(cluster = %vc.name_any(), namespace = vc.namespace().unwrap_or_default()))]
 pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -131,12 +140,20 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
         .filter(|c| c.namespace().as_deref() == Some(&namespace) && c.name_any() != name)
         .map(|c| c.name_any())
         .collect();
-    let input = convert::input(
+    let mut input = convert::input(
         vc,
         services.iter().map(|s| s.as_ref()),
         pods.iter().map(|p| p.as_ref()),
         others,
     );
+    // The Valkey nodes' own facts, read at their pod IPs. TLS clusters are
+    // not managed yet: the operator has no client certificate.
+    let mut valkey = if ctx.manage_valkey && vc.spec.tls.is_none() {
+        Some(Nodes::observe(&name, pods.iter().map(|p| p.as_ref())).await)
+    } else {
+        None
+    };
+    input.observed.valkey = valkey.as_ref().map(Nodes::facts);
 
     // 2. The guest, off the async threads.
     let module = ctx.module();
@@ -222,7 +239,43 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
         .await;
     }
 
-    // 4. Prune what this cluster owns and no longer wants.
+    // 4. The Valkey nodes: announce settings live, then the topology plan.
+    // Both run before the prune, so external endpoints stop being announced
+    // before their Services go, and departing shards are drained first (the
+    // guest keeps their objects in `desired` until then).
+    let mut steps_run = 0;
+    let mut announce_spreading = false;
+    if let Some(nodes) = valkey.as_mut() {
+        let settings = nodes.announce(&desired).await?;
+        if settings > 0 {
+            info!(settings, "announce settings changed live");
+        }
+        // Until every node sees every other node's new announcement, a
+        // client may still be redirected to an old endpoint: keep its
+        // Service until then.
+        announce_spreading = !nodes.announce_settled().await?;
+        steps_run = nodes.execute(&desired.topology.steps).await?;
+        if steps_run > 0 {
+            let steps: Vec<String> = desired
+                .topology
+                .steps
+                .iter()
+                .map(valkey_stage::describe)
+                .collect();
+            publish(
+                ctx,
+                vc,
+                EventType::Normal,
+                "Topology",
+                "Topology",
+                steps.join("; "),
+            )
+            .await;
+        }
+    }
+
+    // 5. Prune what this cluster owns and no longer wants (not while an
+    // announce change is still spreading).
     let keep_services: BTreeSet<String> = objects
         .shard_services
         .iter()
@@ -241,33 +294,35 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
         cluster: &name,
         uid: &uid,
     };
-    scope
-        .prune(
-            &stores.services,
-            "services",
-            "Service",
-            &keep_services,
-            &mut deleted,
-        )
-        .await?;
-    scope
-        .prune(
-            &stores.stateful_sets,
-            "statefulsets",
-            "StatefulSet",
-            &keep_nodes,
-            &mut deleted,
-        )
-        .await?;
-    scope
-        .prune(
-            &stores.config_maps,
-            "configmaps",
-            "ConfigMap",
-            &keep_nodes,
-            &mut deleted,
-        )
-        .await?;
+    if !announce_spreading {
+        scope
+            .prune(
+                &stores.services,
+                "services",
+                "Service",
+                &keep_services,
+                &mut deleted,
+            )
+            .await?;
+        scope
+            .prune(
+                &stores.stateful_sets,
+                "statefulsets",
+                "StatefulSet",
+                &keep_nodes,
+                &mut deleted,
+            )
+            .await?;
+        scope
+            .prune(
+                &stores.config_maps,
+                "configmaps",
+                "ConfigMap",
+                &keep_nodes,
+                &mut deleted,
+            )
+            .await?;
+    }
     for d in &deleted {
         publish(
             ctx,
@@ -281,19 +336,25 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
     }
     changed += deleted.len();
 
-    // 5. Status.
+    // 6. Status.
+    let topology = valkey.is_some().then_some(&desired.topology);
     let pending = write_status(
         vc,
         ctx,
         &desired,
         changed,
         &input_pods_ready(&desired, &pods, &name),
+        topology,
+        announce_spreading,
     )
     .await?;
     if changed > 0 {
         info!(changed, "applied");
     }
-    Ok(Action::requeue(if pending {
+    let reshaping = topology.is_some_and(|t| !t.formed) || steps_run > 0 || announce_spreading;
+    Ok(Action::requeue(if reshaping {
+        TOPOLOGY_RECHECK
+    } else if pending {
         PENDING_RECHECK
     } else {
         RESYNC
@@ -437,6 +498,8 @@ async fn write_status(
     desired: &Desired,
     changed: usize,
     (ready, expected): &(usize, usize),
+    topology: Option<&Topology>,
+    announce_spreading: bool,
 ) -> Result<bool, Error> {
     let previous = vc.status.clone().unwrap_or_default();
     let now = now();
@@ -445,12 +508,21 @@ async fn write_status(
         .conditions
         .iter()
         .any(|c| c.type_ == shardgate_guest::status::EXTERNAL_ACCESS_READY && c.status != "True");
-    let all_ready = ready == expected;
-    let (r_status, r_reason, r_msg) = if !all_ready {
+    let forming = topology.filter(|t| !t.formed);
+    let all_ready = ready == expected && forming.is_none() && !announce_spreading;
+    let (r_status, r_reason, r_msg) = if ready != expected {
         (
             "False",
             "NodesNotReady",
             format!("{ready} of {expected} nodes are ready"),
+        )
+    } else if let Some(t) = forming {
+        ("False", "ClusterForming", t.waiting.clone())
+    } else if announce_spreading {
+        (
+            "False",
+            "AnnouncePending",
+            "announce settings are still spreading by gossip".to_string(),
         )
     } else if external_pending {
         (

@@ -13,13 +13,15 @@
 //! also the values `CONFIG GET` reports on a node that never set them.
 
 mod diff;
+pub mod nodes;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Value};
+use shardgate_guest::model::SlotRange;
 
 pub use diff::{is_managed, same_value};
 
@@ -42,6 +44,12 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
+    #[error("valkey node {node}: unexpected {command} reply: {detail}")]
+    Reply {
+        node: SocketAddr,
+        command: &'static str,
+        detail: String,
+    },
     #[error("valkey node {node}: CONFIG GET did not return setting {setting:?}")]
     Missing { node: SocketAddr, setting: String },
     #[error("valkey node {node}: setting {setting:?} is not an announce setting shardgate manages")]
@@ -61,6 +69,51 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The client port and cluster bus port every node listens on.
+pub const CLIENT_PORT: u16 = 6379;
+pub const BUS_PORT: u16 = 16379;
+
+/// What [`NodeClient::facts`] reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    pub view: nodes::View,
+    pub migrating: bool,
+    pub synced: bool,
+    pub cluster_ok: bool,
+}
+
+fn range_args(slots: &[SlotRange]) -> impl Iterator<Item = String> + '_ {
+    slots
+        .iter()
+        .flat_map(|r| [r.start.to_string(), r.end.to_string()])
+}
+
+/// The `state` of every job in a `CLUSTER GETSLOTMIGRATIONS` reply (a list
+/// of maps, or of flat key/value arrays under RESP2).
+fn migration_states(reply: &Value) -> Vec<String> {
+    let Value::Array(jobs) = reply else {
+        return Vec::new();
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    jobs.iter()
+        .filter_map(|job| match job {
+            Value::Array(kv) => kv
+                .chunks(2)
+                .find(|p| p.len() == 2 && text(&p[0]).as_deref() == Some("state"))
+                .and_then(|p| text(&p[1])),
+            Value::Map(kv) => kv
+                .iter()
+                .find(|(k, _)| text(k).as_deref() == Some("state"))
+                .and_then(|(_, v)| text(v)),
+            _ => None,
+        })
+        .collect()
+}
 
 /// A connection to one Valkey node.
 #[derive(Clone)]
@@ -174,6 +227,95 @@ impl NodeClient {
             .await
             .map_err(|source| self.rejected(&changes, source))?;
         Ok(changes.len())
+    }
+
+    /// What the node reports about itself for the topology plan: its ID,
+    /// the primary it follows, its slots, the peers it knows, whether a slot
+    /// migration is under way, whether a replica is in sync.
+    pub async fn facts(&mut self) -> Result<Facts> {
+        let view = self.cluster_nodes().await?;
+        let jobs: Value = self
+            .cluster(&["GETSLOTMIGRATIONS"], "CLUSTER GETSLOTMIGRATIONS")
+            .await?;
+        let migrating = migration_states(&jobs).iter().any(|s| nodes::is_running(s));
+        let synced = if view.primary.is_some() {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut self.conn)
+                .await
+                .map_err(|source| self.command_error("INFO replication", source))?;
+            nodes::replica_synced(&info)
+        } else {
+            true
+        };
+        let info: String = self.cluster(&["INFO"], "CLUSTER INFO").await?;
+        let cluster_ok = nodes::cluster_state_ok(&info);
+        Ok(Facts {
+            view,
+            migrating,
+            synced,
+            cluster_ok,
+        })
+    }
+
+    /// This node's `CLUSTER NODES`, parsed.
+    pub async fn cluster_nodes(&mut self) -> Result<nodes::View> {
+        let text: String = self.cluster(&["NODES"], "CLUSTER NODES").await?;
+        nodes::parse_cluster_nodes(&text).map_err(|detail| Error::Reply {
+            node: self.node,
+            command: "CLUSTER NODES",
+            detail,
+        })
+    }
+
+    /// `CLUSTER MEET`: joins the node at `peer` (its pod IP; client port
+    /// 6379, bus port 16379) to this node's cluster.
+    pub async fn meet(&mut self, peer: IpAddr) -> Result<()> {
+        let ip = peer.to_string();
+        let client = CLIENT_PORT.to_string();
+        let bus = BUS_PORT.to_string();
+        self.cluster(&["MEET", &ip, &client, &bus], "CLUSTER MEET")
+            .await
+    }
+
+    /// `CLUSTER ADDSLOTSRANGE`.
+    pub async fn add_slots(&mut self, slots: &[SlotRange]) -> Result<()> {
+        let mut args = vec!["ADDSLOTSRANGE".to_string()];
+        args.extend(range_args(slots));
+        self.cluster(&args, "CLUSTER ADDSLOTSRANGE").await
+    }
+
+    /// `CLUSTER REPLICATE <primary>`.
+    pub async fn replicate(&mut self, primary: &str) -> Result<()> {
+        self.cluster(&["REPLICATE", primary], "CLUSTER REPLICATE")
+            .await
+    }
+
+    /// `CLUSTER MIGRATESLOTS SLOTSRANGE ... NODE <target>`: Valkey 9's
+    /// atomic slot migration, run by this (the source) node.
+    pub async fn migrate_slots(&mut self, slots: &[SlotRange], target: &str) -> Result<()> {
+        let mut args = vec!["MIGRATESLOTS".to_string(), "SLOTSRANGE".to_string()];
+        args.extend(range_args(slots));
+        args.push("NODE".into());
+        args.push(target.into());
+        self.cluster(&args, "CLUSTER MIGRATESLOTS").await
+    }
+
+    /// `CLUSTER FORGET <id>`.
+    pub async fn forget(&mut self, id: &str) -> Result<()> {
+        self.cluster(&["FORGET", id], "CLUSTER FORGET").await
+    }
+
+    async fn cluster<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
+        &mut self,
+        args: A,
+        command: &'static str,
+    ) -> Result<T> {
+        redis::cmd("CLUSTER")
+            .arg(args)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|source| self.command_error(command, source))
     }
 
     fn command_error(&self, command: &'static str, source: redis::RedisError) -> Error {
