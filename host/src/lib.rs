@@ -12,4 +12,5 @@ pub mod operator;
 pub mod reconciler;
 pub mod render;
 pub mod runtime;
+pub mod sandbox;
 pub mod valkey;

