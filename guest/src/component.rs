@@ -124,6 +124,7 @@ fn observed_pod(p: w::ObservedPod) -> m::ObservedPod {
         node: p.node,
         host_ip: p.host_ip.map(ip_in),
         ready: p.ready,
+        outdated: p.outdated,
     }
 }
 
@@ -194,6 +195,8 @@ fn step_out(s: m::Step) -> w::Step {
             slots: slots_out(x.slots),
         }),
         m::Step::Forget(id) => w::Step::Forget(id),
+        m::Step::Failover(r) => w::Step::Failover(node_ref_out(r)),
+        m::Step::Restart(r) => w::Step::Restart(node_ref_out(r)),
     }
 }
 

@@ -197,6 +197,7 @@ pub struct ObservedPod {
     #[cfg_attr(feature = "wasmtime", component(name = "host-ip"))]
     pub host_ip: Option<IpAddress>,
     pub ready: bool,
+    pub outdated: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -580,6 +581,10 @@ pub enum Step {
     Migrate(Migrate),
     #[cfg_attr(feature = "wasmtime", component(name = "forget"))]
     Forget(String),
+    #[cfg_attr(feature = "wasmtime", component(name = "failover"))]
+    Failover(NodeRef),
+    #[cfg_attr(feature = "wasmtime", component(name = "restart"))]
+    Restart(NodeRef),
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

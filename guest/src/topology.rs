@@ -247,12 +247,13 @@ fn next_steps(view: &View<'_>, pods: &[ObservedPod]) -> (Vec<Step>, Option<Strin
     let Some(anchor) = view.desired().next() else {
         return (Vec::new(), Some("no node of the spec answered yet".into()));
     };
-    let phases: [&dyn Fn() -> Phase; 5] = [
+    let phases: [&dyn Fn() -> Phase; 6] = [
         &|| meet(view, anchor),
         &|| assign(view),
         &|| replicate(view),
         &|| balance(view),
         &|| forget(view, pods),
+        &|| roll(view, pods),
     ];
     for phase in phases {
         match phase() {
@@ -486,6 +487,45 @@ fn forget(view: &View<'_>, pods: &[ObservedPod]) -> Phase {
     steps_or_done(ids.into_iter().map(|id| Step::Forget(id.into())).collect())
 }
 
+/// Pods that must restart to change (image, resources), one at a time and
+/// only on a healthy cluster: replicas first; a primary first hands over to
+/// an in-sync replica (`CLUSTER FAILOVER`), then restarts as a replica. A
+/// primary without a replica is never restarted: its data lives in the pod.
+fn roll(view: &View<'_>, pods: &[ObservedPod]) -> Phase {
+    let outdated: Vec<&ValkeyNode> = pods
+        .iter()
+        .filter(|p| p.outdated)
+        .filter_map(|p| view.get(p.shard, p.node))
+        .filter(|f| view.is_desired(f))
+        .collect();
+    if outdated.is_empty() {
+        return Phase::Done;
+    }
+    if !is_formed(view) || pods.iter().any(|p| !p.ready) {
+        return Phase::Wait(format!(
+            "{} pod(s) wait to be restarted until the cluster is healthy",
+            outdated.len()
+        ));
+    }
+    if let Some(replica) = outdated.iter().find(|f| f.primary.is_some()) {
+        return Phase::Steps(vec![Step::Restart(node_ref(replica))]);
+    }
+    let primary = outdated[0];
+    let is_outdated = |f: &ValkeyNode| outdated.iter().any(|o| o.id == f.id);
+    let heir = view
+        .desired()
+        .filter(|r| r.primary.as_deref() == Some(primary.id.as_str()) && r.synced)
+        .min_by_key(|r| (is_outdated(r), r.node));
+    match heir {
+        Some(r) => Phase::Steps(vec![Step::Failover(node_ref(r))]),
+        None => Phase::Wait(format!(
+            "{} must restart to change but has no in-sync replica: restarting it would lose \
+             its shard's data, so shardgate will not; delete its pod to accept that",
+            describe(node_ref(primary))
+        )),
+    }
+}
+
 /// Every spec node answered, the spec's shards serve every slot at their
 /// share, each has its replicas in sync, nothing is migrating or departing.
 fn is_formed(view: &View<'_>) -> bool {
@@ -572,6 +612,7 @@ mod tests {
                 node: f.node,
                 host_ip: None,
                 ready: true,
+                outdated: false,
             })
             .collect()
     }
@@ -639,6 +680,19 @@ mod tests {
                     }
                     facts.retain(|f| &f.id != gone);
                 }
+                Step::Failover(r) => {
+                    let i = idx(facts, *r);
+                    let old = facts[i].primary.take().unwrap();
+                    let o = facts.iter().position(|f| f.id == old).unwrap();
+                    facts[i].slots = std::mem::take(&mut facts[o].slots);
+                    let new = facts[i].id.clone();
+                    for f in facts.iter_mut() {
+                        if f.primary.as_deref() == Some(old.as_str()) || f.id == old {
+                            f.primary = Some(new.clone());
+                        }
+                    }
+                }
+                Step::Restart(_) => {}
             }
         }
         if met {
@@ -815,9 +869,88 @@ mod tests {
             node: 1,
             host_ip: None,
             ready: false,
+            outdated: false,
         });
         let t = plan(2, 1, &with_silent, Some(&facts));
         assert!(t.steps.is_empty());
+    }
+
+    /// Rolls every outdated pod, restarting the ones the plan names (they
+    /// come back up to date, same ID: a restart keeping `nodes.conf`).
+    fn roll_all(
+        shards: u32,
+        nodes: u32,
+        facts: &mut Vec<ValkeyNode>,
+        mut pods: Vec<ObservedPod>,
+    ) -> Vec<Step> {
+        let mut done = Vec::new();
+        for _ in 0..40 {
+            let t = plan(shards, nodes, &pods, Some(facts));
+            if t.steps.is_empty() {
+                assert!(t.formed, "stuck: {}", t.waiting);
+                return done;
+            }
+            assert_eq!(t.steps.len(), 1, "one at a time: {:?}", t.steps);
+            if let Step::Restart(r) = t.steps[0] {
+                let f = facts
+                    .iter()
+                    .find(|f| f.shard == r.shard && f.node == r.node)
+                    .unwrap();
+                assert!(f.primary.is_some(), "only a replica is restarted");
+                let p = pods
+                    .iter_mut()
+                    .find(|p| p.shard == r.shard && p.node == r.node)
+                    .unwrap();
+                p.outdated = false;
+            }
+            apply(facts, &t.steps);
+            done.extend(t.steps);
+        }
+        panic!("rolling did not finish");
+    }
+
+    #[test]
+    fn outdated_pods_restart_one_at_a_time_replicas_first() {
+        let mut facts: Vec<ValkeyNode> = (0..2)
+            .flat_map(|s| (0..2).map(move |n| fact(s, n)))
+            .collect();
+        converge(2, 2, &mut facts);
+        let mut all = pods(&facts);
+        for p in &mut all {
+            p.outdated = true;
+        }
+        let steps = roll_all(2, 2, &mut facts, all);
+        let restarts = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Restart(_)))
+            .count();
+        let failovers = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Failover(_)))
+            .count();
+        assert_eq!(restarts, 4);
+        assert_eq!(failovers, 2, "each primary hands over before it restarts");
+        assert!(matches!(steps[0], Step::Restart(NodeRef { node: 1, .. })));
+    }
+
+    #[test]
+    fn nothing_restarts_while_the_cluster_is_unhealthy_or_without_a_replica() {
+        let mut facts: Vec<ValkeyNode> = (0..2)
+            .flat_map(|s| (0..2).map(move |n| fact(s, n)))
+            .collect();
+        converge(2, 2, &mut facts);
+        let mut all = pods(&facts);
+        all[0].outdated = true;
+        facts[3].synced = false;
+        let t = plan(2, 2, &all, Some(&facts));
+        assert!(t.steps.is_empty(), "{:?}", t.steps);
+        let mut single: Vec<ValkeyNode> = (0..2).map(|s| fact(s, 0)).collect();
+        converge(2, 1, &mut single);
+        let mut p = pods(&single);
+        p[0].outdated = true;
+        let t = plan(2, 1, &p, Some(&single));
+        assert!(t.steps.is_empty());
+        assert!(t.waiting.contains("no in-sync replica"), "{}", t.waiting);
     }
 
     #[test]

@@ -78,6 +78,7 @@ fn pod(shard: u32, node: u32, host: Option<u32>) -> ObservedPod {
         node,
         host_ip: host.map(IpAddress::V4),
         ready: true,
+        outdated: false,
     }
 }
 
@@ -236,6 +237,7 @@ fn ipv6_host_ip_is_announced_as_client_ipv6() {
             node: 0,
             host_ip: Some(IpAddress::V6((0x2001_0db8_0000_0000, 1))),
             ready: true,
+            outdated: false,
         }],
         valkey: None,
     };

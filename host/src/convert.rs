@@ -180,6 +180,8 @@ pub fn observed_pod(cluster: &str, pod: &Pod) -> Option<m::ObservedPod> {
             .into_iter()
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True"),
+        // Set by the operator, which knows the StatefulSet's revision.
+        outdated: false,
     })
 }
 

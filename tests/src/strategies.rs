@@ -94,6 +94,7 @@ pub fn observed(shards: u32, nodes: u32) -> impl Strategy<Value = Observed> {
             node,
             host_ip,
             ready,
+            outdated: false,
         },
     );
     (

@@ -393,6 +393,20 @@ async fn ip_mode_nodeports_failover_then_disable() {
         assert!(host.starts_with("127.0.1."), "pod IP announced: {host}");
         assert_eq!(port, 6379);
     }
+
+    // --- enable it again, announcing hostnames this time: still no restart.
+    sandbox
+        .patch_spec(json!({"externalAccess": {"enabled": true,
+            "preferredEndpointType": "hostname", "domain": "valkey.example.com"}}))
+        .await
+        .unwrap();
+    let ready = sandbox.wait_ready(READY).await.unwrap();
+    for e in &ready.endpoints {
+        assert_eq!(e.host, format!("shard-{}.valkey.example.com", e.shard));
+    }
+    let verified = prove_data_path(&sandbox, &ready, "ip-again").await;
+    println!("ipmode: {verified} keys verified after re-enabling with hostnames");
+    assert_eq!(kubelet.pids(), pids, "no process was restarted");
     sandbox.shutdown().await;
     let _ = std::fs::remove_dir_all(work_dir_of_name("ipmode"));
 }
@@ -443,7 +457,8 @@ async fn load_balancer_reaches_every_shard() {
 
 /// Shards 3 -> 2 with data: the departing shard's slots move first (atomic
 /// slot migration), its nodes are forgotten, and only then are its Service
-/// and nodes removed. No key is lost.
+/// and nodes removed. Then 2 -> 3: the new shard gets its share by
+/// migration. No key is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scale_in_moves_slots_before_removing_services() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -526,10 +541,113 @@ async fn scale_in_moves_slots_before_removing_services() {
         sandbox.kubelet().pids().keys().all(|p| !p.contains("-2-")),
         "shard 2's processes are stopped"
     );
+
+    // --- and back out to 3: the new shard gets its share by migration.
+    sandbox.patch_spec(json!({"shards": 3})).await.unwrap();
+    let ready = sandbox.wait_ready(READY).await.unwrap();
+    assert_eq!(ready.endpoints.len(), 6);
+    let shard2: BTreeSet<(String, u16)> = ready
+        .endpoints
+        .iter()
+        .filter(|e| e.shard == 2)
+        .map(|e| (e.host.clone(), e.port))
+        .collect();
+    let mut c = plain(ready.endpoints[0].address).await;
+    let served: u32 = cluster_slots(&mut c)
+        .await
+        .iter()
+        .filter(|(_, _, h, p)| shard2.contains(&(h.clone(), *p)))
+        .map(|(lo, hi, _, _)| hi - lo + 1)
+        .sum();
+    // Each range is listed once per node serving it (primary and replica).
+    assert_eq!(served, 2 * 5461, "shard 2 serves its share again");
+    let conn = cluster_client(
+        &format!("{}:{}", ready.endpoints[0].host, ready.endpoints[0].port),
+        None,
+    )
+    .await;
+    let verified = read_keys(&conn, "scale").await;
+    println!("scalein: {verified} keys read back after scaling out again");
     sandbox.shutdown().await;
     let _ = std::fs::remove_dir_all(work_dir_of_name("scalein"));
 }
 
 fn work_dir_of_name(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("shardgate-e2e-{name}-{}", std::process::id()))
+}
+
+/// A change to the pod template (the image) restarts each node once, one
+/// at a time, replicas first: a primary hands over to its replica with
+/// `CLUSTER FAILOVER` before its pod is deleted. No key is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_change_rolls_one_node_at_a_time_replicas_first() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let yaml = cluster_yaml(
+        "rolling",
+        2,
+        1,
+        json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
+    );
+    let (sandbox, ready) = start(&yaml).await;
+    let verified = prove_data_path(&sandbox, &ready, "roll").await;
+    println!("rolling: {verified} keys written before the image change");
+    let kubelet = sandbox.kubelet();
+    let before = kubelet.pids();
+    sandbox
+        .patch_spec(json!({"image": "valkey/valkey:9.1.2-alt"}))
+        .await
+        .unwrap();
+    // Sample roles and PIDs until every pod has been replaced.
+    let mut last_role: BTreeMap<String, String> = BTreeMap::new();
+    let mut restarted: Vec<(String, String)> = Vec::new();
+    let start = Instant::now();
+    while restarted.len() < before.len() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "rolled only {restarted:?}"
+        );
+        let now = kubelet.pids();
+        let down = before
+            .keys()
+            .filter(|p| now.get(*p).is_none_or(|pid| pid != &before[*p]))
+            .filter(|p| !restarted.iter().any(|(r, _)| r == *p))
+            .count();
+        assert!(down <= 1, "more than one node down at once: {now:?}");
+        for (pod, pid) in &before {
+            let replaced = now.get(pod) != Some(pid);
+            if replaced && !restarted.iter().any(|(r, _)| r == pod) {
+                let role = last_role.get(pod).cloned().unwrap_or_default();
+                restarted.push((pod.clone(), role));
+            }
+        }
+        for pod in before.keys() {
+            let (shard, node) = parse_pod(pod);
+            if let Some(ip) = sandbox.pod_ip(shard, node)
+                && now.get(pod) == before.get(pod)
+            {
+                last_role.insert(pod.clone(), role(SocketAddr::new(ip, 6379)).await);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("rolling: restart order {restarted:?}");
+    for (pod, role) in &restarted {
+        assert_eq!(role, "slave", "{pod} was a {role} when it went down");
+    }
+    let ready = sandbox.wait_ready(READY).await.unwrap();
+    let conn = cluster_client(
+        &format!("{}:{}", ready.endpoints[0].host, ready.endpoints[0].port),
+        None,
+    )
+    .await;
+    let verified = read_keys(&conn, "roll").await;
+    println!("rolling: {verified} keys read back after the roll");
+    sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(work_dir_of_name("rolling"));
+}
+
+/// (shard, node) from a pod name `valkey-<cluster>-<shard>-<node>-0`.
+fn parse_pod(pod: &str) -> (u32, u32) {
+    let parts: Vec<&str> = pod.rsplitn(4, '-').collect();
+    (parts[2].parse().unwrap(), parts[1].parse().unwrap())
 }

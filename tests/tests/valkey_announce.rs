@@ -347,6 +347,7 @@ fn announce_settings(node_ports: Option<&[u16]>) -> Vec<Vec<(String, String)>> {
                         node: 0,
                         host_ip: Some(IpAddress::V4(Ipv4Addr::LOCALHOST.into())),
                         ready: true,
+                        outdated: false,
                     })
                     .collect(),
                 valkey: None,

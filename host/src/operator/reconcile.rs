@@ -5,14 +5,16 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::DeleteParams;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use shardgate_guest::model::{Desired, Severity, Topology, Violation};
+use shardgate_guest::model::{Desired, NodeRef, Severity, Step, Topology, Violation};
 use tracing::{info, warn};
 
 use super::apply::{self, Applied, FIELD_MANAGER};
@@ -154,6 +156,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
         None
     };
     input.observed.valkey = valkey.as_ref().map(Nodes::facts);
+    mark_outdated(ctx, &name, &pods, &mut input.observed.pods);
 
     // 2. The guest, off the async threads.
     let module = ctx.module();
@@ -254,7 +257,13 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
         // client may still be redirected to an old endpoint: keep its
         // Service until then.
         announce_spreading = !nodes.announce_settled().await?;
-        steps_run = nodes.execute(&desired.topology.steps).await?;
+        for (i, step) in desired.topology.steps.iter().enumerate() {
+            match step {
+                Step::Restart(at) => restart(ctx, &namespace, &pods, *at).await?,
+                _ => nodes.run_step(i, step).await?,
+            }
+            steps_run += 1;
+        }
         if steps_run > 0 {
             let steps: Vec<String> = desired
                 .topology
@@ -359,6 +368,63 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
     } else {
         RESYNC
     }))
+}
+
+/// Marks the pods whose template is older than their StatefulSet's
+/// (`controller-revision-hash` != the StatefulSet's `updateRevision`).
+fn mark_outdated(
+    ctx: &Context,
+    cluster: &str,
+    pods: &[Arc<Pod>],
+    observed: &mut [shardgate_guest::model::ObservedPod],
+) {
+    let revisions: std::collections::BTreeMap<String, String> = ctx
+        .stores
+        .stateful_sets
+        .state()
+        .into_iter()
+        .filter_map(|s| Some((s.uid()?, s.status.as_ref()?.update_revision.clone()?)))
+        .collect();
+    for pod in pods {
+        let Some(o) = convert::observed_pod(cluster, pod) else {
+            continue;
+        };
+        let revision = pod
+            .owner_references()
+            .iter()
+            .find(|r| r.controller == Some(true))
+            .and_then(|r| revisions.get(&r.uid));
+        let current = pod.labels().get("controller-revision-hash");
+        let outdated = matches!((revision, current), (Some(r), Some(c)) if r != c);
+        if let Some(p) = observed
+            .iter_mut()
+            .find(|p| p.shard == o.shard && p.node == o.node)
+        {
+            p.outdated = outdated;
+        }
+    }
+}
+
+/// Deletes a node's Pod so its StatefulSet recreates it from the current
+/// template (the guest's `restart` step).
+async fn restart(
+    ctx: &Context,
+    namespace: &str,
+    pods: &[Arc<Pod>],
+    at: NodeRef,
+) -> Result<(), Error> {
+    let cluster_pods = pods.iter().filter(|p| {
+        p.labels().get(shardgate_guest::names::LABEL_SHARD) == Some(&at.shard.to_string())
+            && p.labels().get(shardgate_guest::names::LABEL_NODE) == Some(&at.node.to_string())
+    });
+    for pod in cluster_pods {
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+        api.delete(&pod.name_any(), &DeleteParams::default())
+            .await?;
+        ctx.metrics.write("delete", "pods");
+        info!(pod = %pod.name_any(), "restarted (deleted) to apply a new template");
+    }
+    Ok(())
 }
 
 /// The cluster a prune acts for.

@@ -122,17 +122,16 @@ impl Nodes {
         }))
     }
 
-    /// Runs the plan's steps in order, stopping at the first failure.
-    pub async fn execute(&mut self, steps: &[Step]) -> Result<usize, StepError> {
-        for (i, step) in steps.iter().enumerate() {
-            self.run(step).await.map_err(|source| StepError {
-                step: describe(step),
-                index: i,
-                source,
-            })?;
-            info!(step = %describe(step), "topology step done");
-        }
-        Ok(steps.len())
+    /// Runs step `index` of a plan over the Valkey protocol. `Restart` is
+    /// the caller's (it deletes a Pod).
+    pub async fn run_step(&mut self, index: usize, step: &Step) -> Result<(), StepError> {
+        self.run(step).await.map_err(|source| StepError {
+            step: describe(step),
+            index,
+            source,
+        })?;
+        info!(step = %describe(step), "topology step done");
+        Ok(())
     }
 
     async fn run(&mut self, step: &Step) -> Result<(), valkey::Error> {
@@ -161,6 +160,8 @@ impl Nodes {
                 }
                 Ok(())
             }
+            Step::Failover(r) => self.get(*r)?.client.failover().await,
+            Step::Restart(_) => Ok(()),
         }
     }
 
@@ -208,5 +209,7 @@ pub fn describe(step: &Step) -> String {
             at(&m.target)
         ),
         Step::Forget(id) => format!("forget {id}"),
+        Step::Failover(r) => format!("failover to {}", at(r)),
+        Step::Restart(r) => format!("restart {}", at(r)),
     }
 }

@@ -301,6 +301,12 @@ impl NodeClient {
         self.cluster(&args, "CLUSTER MIGRATESLOTS").await
     }
 
+    /// `CLUSTER FAILOVER`, sent to a replica: it takes over from its
+    /// primary once it has caught up, so no acknowledged write is lost.
+    pub async fn failover(&mut self) -> Result<()> {
+        self.cluster(&["FAILOVER"], "CLUSTER FAILOVER").await
+    }
+
     /// `CLUSTER FORGET <id>`.
     pub async fn forget(&mut self, id: &str) -> Result<()> {
         self.cluster(&["FORGET", id], "CLUSTER FORGET").await
