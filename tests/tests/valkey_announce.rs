@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt, stream};
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -23,13 +22,13 @@ use shardgate::valkey::NodeClient;
 use shardgate_guest::model::{
     Cluster, ExternalAccess, Input, IpAddress, Observed, ObservedPod, ObservedPort, ObservedService,
 };
+use shardgate_tests::valkey::{KEYS, read_keys, write_keys};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 /// Valkey's client port, as in the pods.
 const PORT: u16 = 6379;
 const SHARDS: usize = 3;
-const KEYS: usize = 10_000;
 /// Upper bound for anything that waits on gossip or cluster formation.
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -502,38 +501,6 @@ async fn cluster_client(seed: SocketAddr) -> ClusterConnection {
         .get_async_connection()
         .await
         .unwrap_or_else(|e| panic!("cluster client seeded with {seed}: {e}"))
-}
-
-async fn write_keys(conn: &ClusterConnection, tag: &str) {
-    stream::iter(0..KEYS)
-        .map(|i| {
-            let mut c = conn.clone();
-            let tag = tag.to_string();
-            async move {
-                c.set::<_, _, ()>(format!("key-{i}"), format!("{tag}-{i}"))
-                    .await
-            }
-        })
-        .buffer_unordered(64)
-        .try_collect::<Vec<()>>()
-        .await
-        .unwrap();
-}
-
-async fn read_keys(conn: &ClusterConnection, tag: &str) {
-    let got: Vec<(usize, Option<String>)> = stream::iter(0..KEYS)
-        .map(|i| {
-            let mut c = conn.clone();
-            async move { c.get(format!("key-{i}")).await.map(|v| (i, v)) }
-        })
-        .buffer_unordered(64)
-        .try_collect()
-        .await
-        .unwrap();
-    assert_eq!(got.len(), KEYS);
-    for (i, v) in got {
-        assert_eq!(v, Some(format!("{tag}-{i}")), "key-{i}");
-    }
 }
 
 /// The keys are spread over every shard.
