@@ -120,6 +120,9 @@ Samples (deploy/samples/*.yaml)
       each rejected by P2/P3.
 
 Operator manifests, Helm chart, kustomize
+  W1  `kubectl kustomize deploy/webhook` builds the webhook's objects (schemas
+      checked for all but cert-manager's kinds), its RBAC only reads, and the
+      webhook configuration calls /validate with sideEffects None.
   K1  `kubectl kustomize deploy/operator` and `kubectl kustomize deploy` build;
       both hold exactly the expected kinds (the operator objects and the
       Namespace; deploy also the CRD, equal to deploy/crds/), pass R1/D1/V1,
@@ -1501,6 +1504,39 @@ def main() -> int:
 
     report.check("K1 kubectl kustomize deploy/operator and deploy build, with the expected objects",
                  check_kustomize)
+
+    def check_webhook():
+        if tools.missing("kubectl"):
+            return tools.missing("kubectl")
+        path = DEPLOY / "webhook"
+        objs, err = tools.kustomize(path)
+        if objs is None:
+            return [f"kubectl kustomize {rel(path)} failed:\n{err}"]
+        problems = []
+        kinds = sorted(o.get("kind", "") for o in objs)
+        want = sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Issuer",
+                       "Certificate", "Deployment", "Service", "ValidatingWebhookConfiguration"])
+        if kinds != want:
+            problems.append(f"kustomize {rel(path)}: kinds {kinds}, expected {want}")
+        # cert-manager's kinds have no schema here; the rest is checked strictly.
+        core = [o for o in objs if not o.get("apiVersion", "").startswith("cert-manager.io/")]
+        problems += k8s_schema_problems(core, f"kustomize {rel(path)}")
+        for o in objs:
+            if o.get("kind") == "ClusterRole":
+                for rule in o.get("rules", []):
+                    if set(rule.get("verbs", [])) - {"get", "list", "watch"}:
+                        problems.append(f"{rel(path)}: the webhook may only read: {rule}")
+            if o.get("kind") == "ValidatingWebhookConfiguration":
+                for hook in o.get("webhooks", []):
+                    svc = hook.get("clientConfig", {}).get("service", {})
+                    if svc.get("path") != "/validate":
+                        problems.append(f"{rel(path)}: webhook path must be /validate: {svc}")
+                    if hook.get("sideEffects") != "None":
+                        problems.append(f"{rel(path)}: sideEffects must be None")
+        return problems
+
+    report.check("W1 kubectl kustomize deploy/webhook: the webhook's objects, read-only RBAC, "
+                 "the /validate path", check_webhook)
 
     # ---- helm
     def check_values_schema():

@@ -14,3 +14,4 @@ pub mod render;
 pub mod runtime;
 pub mod sandbox;
 pub mod valkey;
+pub mod webhook;

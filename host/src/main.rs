@@ -42,6 +42,39 @@ enum Command {
     /// (127.0.2.S). Prints the external endpoints once ready; stops every
     /// process on Ctrl-C or SIGTERM.
     Sandbox(SandboxArgs),
+    /// Serve a ValidatingAdmissionWebhook for ValkeyClusters over TLS, with
+    /// the same reconcile module: every violation with its field path, and
+    /// name collisions with the namespace's other clusters.
+    Webhook(WebhookArgs),
+}
+
+#[derive(clap::Args)]
+struct WebhookArgs {
+    /// Address to serve HTTPS on.
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    listen: std::net::SocketAddr,
+    /// Serving certificate chain (PEM). Renewed files are picked up.
+    #[arg(long, default_value = "/etc/shardgate/tls/tls.crt")]
+    tls_cert: PathBuf,
+    /// Its private key (PEM).
+    #[arg(long, default_value = "/etc/shardgate/tls/tls.key")]
+    tls_key: PathBuf,
+    /// Kubeconfig for the collision check's cluster lookups (default: in
+    /// cluster, then $KUBECONFIG).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long)]
+    context: Option<String>,
+    /// Do not look up other clusters (no collision check).
+    #[arg(long)]
+    offline: bool,
+    /// Run this reconcile component instead of the embedded one.
+    #[arg(long)]
+    module: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Json)]
+    log_format: LogFormat,
 }
 
 #[derive(clap::Args)]
@@ -161,6 +194,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run_operator(args),
         Command::Check(args) => run_check(args),
         Command::Sandbox(args) => run_sandbox(args),
+        Command::Webhook(args) => run_webhook(args),
     };
     match result {
         Ok(code) => code,
@@ -295,6 +329,49 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+fn run_webhook(args: WebhookArgs) -> anyhow::Result<ExitCode> {
+    use shardgate::webhook;
+    init_logging(args.log_format);
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let wasm = Runtime::new(Limits::default())?;
+        let module = load_module(&wasm, args.module.as_ref())?;
+        let clusters: std::sync::Arc<dyn webhook::ClusterNames> = if args.offline {
+            std::sync::Arc::new(webhook::NoClusters)
+        } else {
+            let client =
+                operator::client(args.kubeconfig.as_ref(), args.context.as_deref()).await?;
+            let (store, writer) = kube::runtime::reflector::store();
+            let api: kube::Api<ValkeyCluster> = kube::Api::all(client);
+            tokio::spawn(async move {
+                use futures::StreamExt;
+                use kube::runtime::WatchStreamExt;
+                kube::runtime::watcher(api, kube::runtime::watcher::Config::default())
+                    .default_backoff()
+                    .reflect(writer)
+                    .for_each(|_| async {})
+                    .await;
+            });
+            std::sync::Arc::new(store)
+        };
+        webhook::serve(
+            webhook::Options {
+                listen: args.listen,
+                tls: webhook::TlsFiles {
+                    cert: args.tls_cert,
+                    key: args.tls_key,
+                },
+            },
+            std::sync::Arc::new(module),
+            clusters,
+            shutdown_signal(),
+        )
+        .await?;
+        drop(wasm);
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 fn run_sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
