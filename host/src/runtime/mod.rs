@@ -8,6 +8,7 @@
 //! deadline, and throws the Store away afterwards, so one call can never see
 //! or break another.
 
+pub mod cache;
 mod sandbox;
 
 use std::sync::Arc;
