@@ -8,6 +8,7 @@
 pub mod check;
 pub mod convert;
 pub mod crd;
+pub mod modules;
 pub mod operator;
 pub mod reconciler;
 pub mod render;

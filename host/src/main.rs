@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResourceExt;
 use shardgate::crd::ValkeyCluster;
+use shardgate::modules::{self, Candidate, Checker, ModuleManager, ModuleSource, Serving};
 use shardgate::operator;
 use shardgate::render::{self, Observed, RenderError};
 use shardgate::runtime::{Limits, Module, Runtime};
@@ -46,6 +47,11 @@ enum Command {
     /// the same reconcile module: every violation with its field path, and
     /// name collisions with the namespace's other clusters.
     Webhook(WebhookArgs),
+    /// Run the checks `shardgate run` runs before it swaps a module in:
+    /// digest, compile and type check, self-check on the golden inputs.
+    /// Prints the digest and timings; exits non-zero if the module would be
+    /// rejected.
+    CheckModule(CheckModuleArgs),
 }
 
 #[derive(clap::Args)]
@@ -75,6 +81,15 @@ struct WebhookArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Json)]
     log_format: LogFormat,
+}
+
+#[derive(clap::Args)]
+struct CheckModuleArgs {
+    /// The reconcile component (.wasm).
+    module: PathBuf,
+    /// The SHA-256 (hex) the module must have.
+    #[arg(long, value_name = "HEX")]
+    sha256: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -149,9 +164,32 @@ struct RunArgs {
     /// This replica's identity in the Lease.
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
-    /// Run this reconcile component instead of the embedded one.
-    #[arg(long)]
+    /// Run this reconcile component instead of the embedded one. The file
+    /// is watched: each new version is checked (digest, compile, self-check
+    /// on golden inputs) and swapped in live if it passes.
+    #[arg(long, conflicts_with = "module_configmap")]
     module: Option<PathBuf>,
+    /// The SHA-256 (hex) the module's bytes must have; any other version is
+    /// rejected. Needs --module or --module-configmap.
+    #[arg(long, value_name = "HEX")]
+    module_sha256: Option<String>,
+    /// Take the reconcile component from this ConfigMap's binaryData
+    /// (NAMESPACE/NAME), watched through the API. The embedded module serves
+    /// until the ConfigMap yields one that passes the checks.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    module_configmap: Option<String>,
+    /// The binaryData key of --module-configmap.
+    #[arg(long, default_value = shardgate::modules::DEFAULT_CONFIGMAP_KEY)]
+    module_configmap_key: String,
+    /// Roll back to the previous good module after this many consecutive
+    /// reconciles in which the module trapped, ran out of time or memory.
+    #[arg(long, default_value_t = shardgate::modules::DEFAULT_ROLLBACK_AFTER, value_parser = clap::value_parser!(u32).range(1..))]
+    module_rollback_after: u32,
+    /// Keep precompiled modules (.cwasm) in this directory (owner-only; only
+    /// blobs this operator compiled are ever loaded), so a restart skips
+    /// compiling. Off by default.
+    #[arg(long, value_name = "DIR")]
+    module_cache: Option<PathBuf>,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -195,6 +233,7 @@ fn main() -> ExitCode {
         Command::Check(args) => run_check(args),
         Command::Sandbox(args) => run_sandbox(args),
         Command::Webhook(args) => run_webhook(args),
+        Command::CheckModule(args) => run_check_module(args),
     };
     match result {
         Ok(code) => code,
@@ -275,16 +314,94 @@ fn init_logging_with(format: LogFormat, default: &str) {
     }
 }
 
+/// Where `shardgate run` takes its module from.
+fn module_source(args: &RunArgs) -> anyhow::Result<ModuleSource> {
+    let sha256 = args.module_sha256.clone();
+    if let Some(pin) = &sha256
+        && (pin.len() != 64 || !pin.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        anyhow::bail!("--module-sha256 must be 64 hex digits, got {pin:?}");
+    }
+    Ok(match (&args.module, &args.module_configmap) {
+        (Some(path), _) => ModuleSource::File {
+            path: path.clone(),
+            sha256,
+        },
+        (None, Some(cm)) => {
+            let (namespace, name) = cm
+                .split_once('/')
+                .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
+                .with_context(|| {
+                    format!("--module-configmap must be NAMESPACE/NAME, got {cm:?}")
+                })?;
+            ModuleSource::ConfigMap {
+                namespace: namespace.into(),
+                name: name.into(),
+                key: args.module_configmap_key.clone(),
+                sha256,
+            }
+        }
+        (None, None) => {
+            if sha256.is_some() {
+                anyhow::bail!("--module-sha256 needs --module or --module-configmap");
+            }
+            ModuleSource::Embedded
+        }
+    })
+}
+
 fn run_operator(args: RunArgs) -> anyhow::Result<ExitCode> {
     init_logging(args.log_format);
+    let source = module_source(&args)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let wasm = Runtime::new(Limits::default())?;
-        let module = load_module(&wasm, args.module.as_ref())?;
+        let wasm = std::sync::Arc::new(Runtime::new(Limits::default())?);
+        let mut checker = Checker::new(wasm.clone());
+        if let Some(dir) = &args.module_cache {
+            checker = checker.with_cache(shardgate::runtime::cache::Cache::open(dir)?);
+        }
+        // A file must pass the checks to start; a ConfigMap is read once the
+        // client is up, and the embedded module serves until then.
+        let initial = match &source {
+            ModuleSource::File { path, sha256 } => {
+                let bytes =
+                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+                let accepted = Candidate {
+                    bytes: &bytes,
+                    sha256: sha256.as_deref(),
+                }
+                .check(&wasm, &checker.golden, checker.cache.as_ref())
+                .with_context(|| format!("module {}", path.display()))?;
+                Serving {
+                    module: accepted.module,
+                    digest: accepted.digest,
+                    source: source.label(),
+                }
+            }
+            _ => Serving::embedded(&wasm)?,
+        };
+        let initial_digest = initial.digest.clone();
         let client = operator::client(args.kubeconfig.as_ref(), args.context.as_deref()).await?;
         let identity = args
             .identity
             .unwrap_or_else(|| format!("shardgate-{}", std::process::id()));
+        let metrics = std::sync::Arc::new(operator::Metrics::default());
+        let modules = std::sync::Arc::new(
+            ModuleManager::new(initial, metrics.clone())
+                .with_rollback_after(args.module_rollback_after),
+        );
+        modules.set_events(
+            client.clone(),
+            &identity,
+            modules::event_reference(&source, &args.lease_namespace, &identity),
+        );
+        let watch = modules::watch::spawn(
+            modules.clone(),
+            checker,
+            source.clone(),
+            Some(client.clone()),
+            matches!(source, ModuleSource::File { .. }).then_some(initial_digest),
+        );
         let options = operator::Options {
             kubeconfig: args.kubeconfig,
             context: args.context,
@@ -300,15 +417,8 @@ fn run_operator(args: RunArgs) -> anyhow::Result<ExitCode> {
             reconcile_all: None,
             manage_valkey: !args.no_manage_valkey,
         };
-        let metrics = std::sync::Arc::new(operator::Metrics::default());
-        operator::run(
-            options,
-            client,
-            std::sync::Arc::new(module),
-            metrics,
-            shutdown_signal(),
-        )
-        .await?;
+        operator::run_with_modules(options, client, modules, metrics, shutdown_signal()).await?;
+        watch.abort();
         // The wasm runtime (and its epoch thread) lives until here.
         drop(wasm);
         Ok(ExitCode::SUCCESS)
@@ -479,4 +589,33 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+fn run_check_module(args: CheckModuleArgs) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(&args.module)
+        .with_context(|| format!("reading {}", args.module.display()))?;
+    let runtime = Runtime::new(Limits::default())?;
+    let golden = modules::Golden::builtin();
+    let candidate = Candidate {
+        bytes: &bytes,
+        sha256: args.sha256.as_deref(),
+    };
+    match candidate.check(&runtime, &golden, None) {
+        Ok(accepted) => {
+            let t = accepted.timings;
+            println!("{}: accepted", args.module.display());
+            println!("sha256: {}", accepted.digest);
+            println!(
+                "compile: {:.1} ms, self-check: {:.1} ms ({} golden inputs + 1 invalid spec)",
+                t.compile.as_secs_f64() * 1e3,
+                t.self_check.as_secs_f64() * 1e3,
+                golden.cases.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(r) => {
+            println!("{}: rejected ({}): {r}", args.module.display(), r.kind());
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! up the observed snapshot, the reconcile module, metrics and events.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -12,7 +12,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::metrics::Metrics;
 use crate::crd::ValkeyCluster;
+use crate::modules::{ModuleManager, Serving};
 use crate::reconciler::Reconciler;
+use crate::runtime::CallError;
 
 /// Reflector stores of everything the operator reads.
 #[derive(Clone)]
@@ -31,7 +33,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Whether reconciles talk to the Valkey nodes.
     pub manage_valkey: bool,
-    module: RwLock<Arc<dyn Reconciler>>,
+    modules: Arc<ModuleManager>,
     failures: Mutex<HashMap<ObjectRef<ValkeyCluster>, u32>>,
 }
 
@@ -39,7 +41,7 @@ impl Context {
     pub fn new(
         client: kube::Client,
         stores: Stores,
-        module: Arc<dyn Reconciler>,
+        modules: Arc<ModuleManager>,
         metrics: Arc<Metrics>,
         instance: String,
         manage_valkey: bool,
@@ -54,7 +56,7 @@ impl Context {
             stores,
             metrics,
             manage_valkey,
-            module: RwLock::new(module),
+            modules,
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -62,12 +64,34 @@ impl Context {
     /// The module new reconciles use. A reconcile keeps the one it started
     /// with, so a swap never changes the logic under a running reconcile.
     pub fn module(&self) -> Arc<dyn Reconciler> {
-        self.module.read().unwrap().clone()
+        self.modules.module()
     }
 
-    /// Replaces the module for reconciles that start from now on.
+    /// The module manager shared by every leadership term.
+    pub fn modules(&self) -> &Arc<ModuleManager> {
+        &self.modules
+    }
+
+    /// Replaces the module for reconciles that start from now on, without
+    /// any check (see [`ModuleManager::offer`] for the checked path).
     pub fn swap_module(&self, module: Arc<dyn Reconciler>) {
-        *self.module.write().unwrap() = module;
+        self.modules.install(Serving {
+            module,
+            digest: "unverified".into(),
+            source: "swap_module".into(),
+        });
+    }
+
+    /// The guest call of a reconcile through `used` answered (a verdict on
+    /// an invalid spec is an answer too).
+    pub fn module_succeeded(&self, used: &Arc<dyn Reconciler>) {
+        self.modules.module_succeeded(used);
+    }
+
+    /// The guest call of a reconcile through `used` failed; enough of these
+    /// in a row roll the module back.
+    pub fn module_failed(&self, used: &Arc<dyn Reconciler>, error: &CallError) {
+        self.modules.module_failed(used, error);
     }
 
     /// Backoff after consecutive failures: 200 ms, 400 ms, 800 ms ... at

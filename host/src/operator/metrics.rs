@@ -7,6 +7,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -14,6 +15,18 @@ use prometheus_client::registry::Registry;
 pub struct WriteLabels {
     pub verb: &'static str,
     pub resource: &'static str,
+}
+
+/// `shardgate_module_info`'s labels: the serving module's SHA-256 and source.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModuleLabels {
+    pub digest: String,
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SwapLabels {
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -28,6 +41,11 @@ pub struct Metrics {
     pub reconcile_seconds: Histogram,
     pub guest_seconds: Histogram,
     pub api_writes: Family<WriteLabels, Counter>,
+    /// 1 for the serving module; a swap removes the old label set.
+    pub module_info: Family<ModuleLabels, Gauge>,
+    /// Candidate modules by `result`: `accepted` or `rejected`.
+    pub module_swaps: Family<SwapLabels, Counter>,
+    pub module_rollbacks: Counter,
 }
 
 impl Default for Metrics {
@@ -59,8 +77,29 @@ impl Default for Metrics {
             "Kubernetes API writes, by verb and resource",
             api_writes.clone(),
         );
+        let module_info = Family::<ModuleLabels, Gauge>::default();
+        let module_swaps = Family::<SwapLabels, Counter>::default();
+        let module_rollbacks = Counter::default();
+        registry.register(
+            "module_info",
+            "The serving reconcile module (1), by SHA-256 digest and source",
+            module_info.clone(),
+        );
+        registry.register(
+            "module_swaps",
+            "Candidate reconcile modules, by result (accepted, rejected)",
+            module_swaps.clone(),
+        );
+        registry.register(
+            "module_rollbacks",
+            "Rollbacks to the previous reconcile module after repeated reconcile-time failures",
+            module_rollbacks.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
+            module_info,
+            module_swaps,
+            module_rollbacks,
             reconciles,
             reconcile_errors,
             reconcile_seconds,
@@ -80,6 +119,29 @@ impl Metrics {
     pub fn error(&self, reason: &'static str) {
         self.reconcile_errors
             .get_or_create(&ErrorLabels { reason })
+            .inc();
+    }
+
+    /// Marks `digest` from `source` as serving, removing `old`'s label set.
+    pub fn set_module(&self, old: Option<(&str, &str)>, digest: &str, source: &str) {
+        if let Some((d, s)) = old {
+            self.module_info.remove(&ModuleLabels {
+                digest: d.to_string(),
+                source: s.to_string(),
+            });
+        }
+        self.module_info
+            .get_or_create(&ModuleLabels {
+                digest: digest.to_string(),
+                source: source.to_string(),
+            })
+            .set(1);
+    }
+
+    /// Counts a candidate module: `accepted` or `rejected`.
+    pub fn module_swap(&self, result: &'static str) {
+        self.module_swaps
+            .get_or_create(&SwapLabels { result })
             .inc();
     }
 

@@ -32,6 +32,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::crd::ValkeyCluster;
+use crate::modules::{ModuleManager, Serving};
 use crate::reconciler::Reconciler;
 pub use context::{Context, Stores};
 pub use http::Health;
@@ -99,7 +100,8 @@ where
     }
 }
 
-/// Runs the operator until `shutdown` resolves (or leadership is lost).
+/// Runs the operator with one fixed module until `shutdown` resolves (or
+/// leadership is lost). See [`run_with_modules`] for hot-swappable modules.
 pub async fn run(
     options: Options,
     client: kube::Client,
@@ -107,6 +109,42 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let modules = Arc::new(ModuleManager::new(
+        Serving {
+            module,
+            digest: "unknown".into(),
+            source: "given".into(),
+        },
+        metrics.clone(),
+    ));
+    run_with_modules(options, client, modules, metrics, shutdown).await
+}
+
+/// Runs the operator until `shutdown` resolves (or leadership is lost),
+/// with the module `modules` serves: swaps and rollbacks take effect for
+/// reconciles that start afterwards and re-reconcile every cluster. Module
+/// Events go to the operator's Pod (`identity` in the Lease's namespace, or
+/// `default`) unless [`ModuleManager::set_events`] was called.
+pub async fn run_with_modules(
+    options: Options,
+    client: kube::Client,
+    modules: Arc<ModuleManager>,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    if !modules.has_events() {
+        let namespace = options
+            .lease
+            .as_ref()
+            .map(|l| l.namespace.as_str())
+            .unwrap_or("default");
+        modules.set_events(
+            client.clone(),
+            &options.identity,
+            crate::modules::pod_reference(namespace, &options.identity),
+        );
+    }
+    let module = modules;
     let health = Arc::new(Health::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -164,7 +202,7 @@ pub async fn run(
 async fn controller(
     options: &Options,
     client: kube::Client,
-    module: Arc<dyn Reconciler>,
+    module: Arc<ModuleManager>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     mut stop: watch::Receiver<bool>,
@@ -239,21 +277,26 @@ async fn controller(
     });
 
     info!(namespace = ns.unwrap_or("<all>"), "controller starting");
+    // Re-reconcile everything on request and after every module swap or
+    // rollback.
+    let triggers = |rx: tokio::sync::broadcast::Receiver<()>| {
+        futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(()) => return Some(((), rx)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .boxed()
+    };
+    let swaps = triggers(ctx.modules().subscribe());
     let controller = match &options.reconcile_all {
         Some(tx) => {
-            let rx = tx.subscribe();
-            let trigger = futures::stream::unfold(rx, |mut rx| async move {
-                loop {
-                    match rx.recv().await {
-                        Ok(()) => return Some(((), rx)),
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                    }
-                }
-            });
-            controller.reconcile_all_on(trigger)
+            controller.reconcile_all_on(futures::stream::select(triggers(tx.subscribe()), swaps))
         }
-        None => controller,
+        None => controller.reconcile_all_on(swaps),
     };
     controller
         .owns_stream(service_stream)

@@ -160,8 +160,19 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
 
     // 2. The guest, off the async threads.
     let module = ctx.module();
+    let used = module.clone();
     let guest_started = Instant::now();
-    let verdict = tokio::task::spawn_blocking(move || module.reconcile(&input)).await??;
+    let verdict = match tokio::task::spawn_blocking(move || module.reconcile(&input)).await? {
+        Ok(verdict) => {
+            ctx.module_succeeded(&used);
+            verdict
+        }
+        Err(e) => {
+            // Counts towards rolling the module back.
+            ctx.module_failed(&used, &e);
+            return Err(e.into());
+        }
+    };
     ctx.metrics.observe_guest(guest_started.elapsed());
     let desired = match verdict {
         Ok(d) => d,

@@ -1,0 +1,290 @@
+//! The golden inputs every candidate module runs on before it may serve, and
+//! the invariants its answers must keep.
+//!
+//! The checks are on the shape of the answer, not its bytes, so a module
+//! that renders objects differently (other labels, another config format)
+//! still passes, while one that loses a node, mislabels a port or forgets an
+//! announce key does not.
+
+use std::collections::BTreeSet;
+
+use shardgate_guest::announce::ANNOUNCE_KEYS;
+use shardgate_guest::model::{
+    Cluster, Desired, EndpointType, ExternalAccess, Ingress, Input, IpAddress, Observed,
+    ObservedPod, ObservedPort, ObservedService, ServiceType, Severity, TrafficPolicy, ValkeyNode,
+};
+use shardgate_guest::names;
+
+/// One valid cluster with what the operator observed of it.
+#[derive(Clone, Debug)]
+pub struct GoldenCase {
+    pub input: Input,
+}
+
+impl GoldenCase {
+    /// The case's name in rejection messages: the cluster's name.
+    pub fn name(&self) -> &str {
+        &self.input.cluster.name
+    }
+}
+
+/// The golden inputs: valid cases that must reconcile and keep every
+/// invariant, and one invalid spec that `validate` must refuse.
+#[derive(Clone, Debug)]
+pub struct Golden {
+    pub cases: Vec<GoldenCase>,
+    pub invalid: Cluster,
+}
+
+const NS: &str = "golden";
+
+fn ipv4(a: u8, b: u8, c: u8, d: u8) -> IpAddress {
+    IpAddress::V4(u32::from_be_bytes([a, b, c, d]))
+}
+
+/// Every pod of a `shards` x `replicas` cluster, ready, on its own host.
+fn pods(shards: u32, replicas: u32) -> Vec<ObservedPod> {
+    (0..shards)
+        .flat_map(|shard| {
+            (0..=replicas).map(move |node| ObservedPod {
+                shard,
+                node,
+                host_ip: Some(ipv4(192, 0, 2, (shard * 8 + node + 1) as u8)),
+                ready: true,
+                outdated: false,
+            })
+        })
+        .collect()
+}
+
+/// Shard Services as the API server left them: a NodePort per node.
+fn services(
+    shards: u32,
+    replicas: u32,
+    ingress: impl Fn(u32) -> Vec<Ingress>,
+) -> Vec<ObservedService> {
+    (0..shards)
+        .map(|shard| ObservedService {
+            shard,
+            ports: (0..=replicas)
+                .map(|node| ObservedPort {
+                    node,
+                    node_port: 30000 + shard * 10 + node,
+                })
+                .collect(),
+            ingress: ingress(shard),
+        })
+        .collect()
+}
+
+fn cluster(name: &str, shards: i32, replicas: i32, external: Option<ExternalAccess>) -> Cluster {
+    Cluster {
+        name: name.into(),
+        namespace: NS.into(),
+        shards,
+        replicas,
+        image: None,
+        resources: None,
+        tls: None,
+        external_access: external,
+    }
+}
+
+impl Golden {
+    /// The set shipped with the host:
+    ///
+    /// - `golden-nodeport`: 3 shards x 1 replica behind NodePorts, announcing
+    ///   IPs; every Service and pod observed, no Valkey facts.
+    /// - `golden-lb`: 2 shards x 2 replicas behind load balancers, announcing
+    ///   hostnames under a domain; fresh Valkey nodes (no slots, no peers),
+    ///   so the module must plan the cluster's formation.
+    /// - `golden-internal`: 1 shard, no replicas, no external access, nothing
+    ///   observed yet.
+    /// - invalid: 0 shards and -1 replicas (`spec.shards`, `spec.replicas`).
+    pub fn builtin() -> Golden {
+        let nodeport = GoldenCase {
+            input: Input {
+                cluster: cluster(
+                    "golden-nodeport",
+                    3,
+                    1,
+                    Some(ExternalAccess {
+                        enabled: true,
+                        service_type: ServiceType::NodePort,
+                        external_traffic_policy: TrafficPolicy::Cluster,
+                        service_annotations: Vec::new(),
+                        hostname_prefix: "shard".into(),
+                        domain: None,
+                        preferred_endpoint_type: EndpointType::Ip,
+                    }),
+                ),
+                observed: Observed {
+                    services: services(3, 1, |_| Vec::new()),
+                    pods: pods(3, 1),
+                    valkey: None,
+                },
+                other_clusters: vec!["golden-lb".into()],
+            },
+        };
+        let lb_nodes = (0..2u32)
+            .flat_map(|shard| {
+                (0..=2u32).map(move |node| ValkeyNode {
+                    shard,
+                    node,
+                    id: format!("{:040x}", shard * 16 + node + 1),
+                    primary: None,
+                    slots: Vec::new(),
+                    peers: Vec::new(),
+                    migrating: false,
+                    synced: false,
+                    cluster_ok: false,
+                })
+            })
+            .collect();
+        let lb = GoldenCase {
+            input: Input {
+                cluster: cluster(
+                    "golden-lb",
+                    2,
+                    2,
+                    Some(ExternalAccess {
+                        enabled: true,
+                        service_type: ServiceType::LoadBalancer,
+                        external_traffic_policy: TrafficPolicy::Local,
+                        service_annotations: vec![("example.com/lb".into(), "external".into())],
+                        hostname_prefix: "vk".into(),
+                        domain: Some("valkey.example.com".into()),
+                        preferred_endpoint_type: EndpointType::Hostname,
+                    }),
+                ),
+                observed: Observed {
+                    services: services(2, 2, |shard| {
+                        vec![Ingress::Ip(ipv4(198, 51, 100, shard as u8 + 1))]
+                    }),
+                    pods: pods(2, 2),
+                    valkey: Some(lb_nodes),
+                },
+                other_clusters: Vec::new(),
+            },
+        };
+        let internal = GoldenCase {
+            input: Input {
+                cluster: cluster("golden-internal", 1, 0, None),
+                observed: Observed::default(),
+                other_clusters: Vec::new(),
+            },
+        };
+        Golden {
+            cases: vec![nodeport, lb, internal],
+            invalid: cluster("golden-invalid", 0, -1, None),
+        }
+    }
+
+    /// The builtin set with every cluster renamed `name` (tests use this to
+    /// drive a module whose behaviour depends on the name).
+    pub fn renamed(name: &str) -> Golden {
+        let mut g = Golden::builtin();
+        for c in &mut g.cases {
+            c.input.cluster.name = name.into();
+        }
+        g.invalid.name = name.into();
+        g
+    }
+}
+
+/// Checks one answer for a valid golden case. The error says which
+/// invariant broke.
+pub fn check_desired(case: &GoldenCase, desired: &Desired) -> Result<(), String> {
+    let cluster = &case.input.cluster;
+    let shards = cluster.shards.max(0) as u32;
+    let replicas = cluster.replicas.max(0) as u32;
+
+    // One node object per (shard, node) of the spec, and nothing else.
+    let mut seen = BTreeSet::new();
+    for n in &desired.nodes {
+        if n.shard >= shards || n.node > replicas {
+            return Err(format!(
+                "node object {} (shard {}, node {}) is outside the spec's {shards} shards x {} nodes",
+                n.name,
+                n.shard,
+                n.node,
+                replicas + 1
+            ));
+        }
+        if !seen.insert((n.shard, n.node)) {
+            return Err(format!(
+                "more than one node object for shard {} node {}",
+                n.shard, n.node
+            ));
+        }
+        // Every announce key, each exactly once.
+        for key in ANNOUNCE_KEYS {
+            let count = n.announce.iter().filter(|(k, _)| k == key).count();
+            if count != 1 {
+                return Err(format!(
+                    "node {} announces {key:?} {count} times (want exactly once)",
+                    n.name
+                ));
+            }
+        }
+    }
+    let want = (shards * (replicas + 1)) as usize;
+    if seen.len() != want {
+        return Err(format!(
+            "{} node objects for a spec of {shards} shards x {} nodes (want {want})",
+            seen.len(),
+            replicas + 1
+        ));
+    }
+
+    // Every Service port maps to exactly one node of its shard.
+    for svc in &desired.services {
+        let mut ports = BTreeSet::new();
+        for p in &svc.ports {
+            if !ports.insert(p.name.as_str()) {
+                return Err(format!("Service {} has port {} twice", svc.name, p.name));
+            }
+            match names::parse_port_name(&p.name) {
+                Some(i) if i == p.node => {}
+                _ => {
+                    return Err(format!(
+                        "Service {} port {:?} does not name its node {} (want {:?})",
+                        svc.name,
+                        p.name,
+                        p.node,
+                        names::port_name(p.node)
+                    ));
+                }
+            }
+            if !seen.contains(&(svc.shard, p.node)) {
+                return Err(format!(
+                    "Service {} port {} points at shard {} node {}, which has no node object",
+                    svc.name, p.name, svc.shard, p.node
+                ));
+            }
+        }
+    }
+    let external = cluster.external_access.as_ref().is_some_and(|e| e.enabled);
+    if external && desired.services.len() != shards as usize {
+        return Err(format!(
+            "{} shard Services with external access on and {shards} shards",
+            desired.services.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `validate`'s answer for the invalid golden spec refuses it and
+/// names a field.
+pub fn check_refusal(violations: &[shardgate_guest::model::Violation]) -> Result<(), String> {
+    if violations
+        .iter()
+        .any(|v| v.severity == Severity::Error && !v.field.trim().is_empty())
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "validate accepted an invalid spec (0 shards, -1 replicas) or named no field: {violations:?}"
+        ))
+    }
+}

@@ -1,0 +1,497 @@
+//! Hot-swappable reconcile modules.
+//!
+//! A [`ModuleSource`] says where the module comes from: the one embedded in
+//! the binary, a file (watched for changes) or a ConfigMap's `binaryData`
+//! (watched through the API). Every new version is a [`Candidate`]: its
+//! SHA-256 is compared with the pinned one, it is compiled and type-checked
+//! ([`Runtime::load`]) and then run on the golden inputs ([`golden`]), all
+//! off the reconcile path. Only then does the [`ModuleManager`] swap it in,
+//! atomically: reconciles that already started keep the module they started
+//! with, new ones get the new module, and every cluster is re-reconciled.
+//!
+//! A rejected candidate changes nothing: the last good module keeps serving,
+//! and the rejection is logged, counted
+//! (`shardgate_module_swaps_total{result="rejected"}`) and recorded as a
+//! `ModuleRejected` Event. A module that passes the checks but then fails at
+//! reconcile time (trap, deadline, memory cap) `rollback_after` times in a
+//! row is replaced by the previous good module (`ModuleRolledBack`).
+//!
+//! Events are recorded against [`ModuleManager::set_events`]' object
+//! reference: the ConfigMap for a ConfigMap source, else the operator's own
+//! Pod (`POD_NAME` in `POD_NAMESPACE`, see `shardgate run`).
+
+pub mod candidate;
+pub mod golden;
+pub mod watch;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::broadcast;
+use tracing::{info, warn};
+
+pub use candidate::{Accepted, Candidate, CheckTimings, Rejection, sha256_hex};
+pub use golden::Golden;
+
+use crate::operator::Metrics;
+use crate::reconciler::Reconciler;
+use crate::runtime::{CallError, EMBEDDED_GUEST, Runtime};
+
+/// The default for `--module-rollback-after`.
+pub const DEFAULT_ROLLBACK_AFTER: u32 = 3;
+/// The default `binaryData` key of a ConfigMap source.
+pub const DEFAULT_CONFIGMAP_KEY: &str = "reconcile.wasm";
+
+/// Where the reconcile module comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModuleSource {
+    /// The guest built into this binary.
+    Embedded,
+    /// A component file, watched for changes (its directory is watched, so
+    /// an atomic rename and a Kubernetes volume update are seen too).
+    File {
+        path: PathBuf,
+        sha256: Option<String>,
+    },
+    /// A ConfigMap carrying the component in `binaryData[key]`, watched
+    /// through the API.
+    ConfigMap {
+        namespace: String,
+        name: String,
+        key: String,
+        sha256: Option<String>,
+    },
+}
+
+impl ModuleSource {
+    /// The `source` label of `shardgate_module_info`: `embedded`,
+    /// `file:PATH` or `configmap:NAMESPACE/NAME/KEY`.
+    pub fn label(&self) -> String {
+        match self {
+            ModuleSource::Embedded => "embedded".into(),
+            ModuleSource::File { path, .. } => format!("file:{}", path.display()),
+            ModuleSource::ConfigMap {
+                namespace,
+                name,
+                key,
+                ..
+            } => format!("configmap:{namespace}/{name}/{key}"),
+        }
+    }
+
+    /// The pinned digest, if any.
+    pub fn sha256(&self) -> Option<&str> {
+        match self {
+            ModuleSource::Embedded => None,
+            ModuleSource::File { sha256, .. } | ModuleSource::ConfigMap { sha256, .. } => {
+                sha256.as_deref()
+            }
+        }
+    }
+}
+
+/// A module that serves (or served): the module, its digest and where it
+/// came from.
+#[derive(Clone)]
+pub struct Serving {
+    pub module: Arc<dyn Reconciler>,
+    pub digest: String,
+    pub source: String,
+}
+
+impl std::fmt::Debug for Serving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Serving")
+            .field("digest", &self.digest)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Serving {
+    /// The embedded guest, loaded by `runtime`.
+    pub fn embedded(runtime: &Runtime) -> anyhow::Result<Serving> {
+        Ok(Serving {
+            module: Arc::new(runtime.load_embedded()?),
+            digest: sha256_hex(EMBEDDED_GUEST),
+            source: ModuleSource::Embedded.label(),
+        })
+    }
+}
+
+/// What checks candidates: the runtime that compiles them and the golden
+/// inputs they run on.
+#[derive(Clone)]
+pub struct Checker {
+    pub runtime: Arc<Runtime>,
+    pub golden: Arc<Golden>,
+    /// Precompiled modules, when a cache directory is configured.
+    pub cache: Option<crate::runtime::cache::Cache>,
+}
+
+impl Checker {
+    pub fn new(runtime: Arc<Runtime>) -> Self {
+        Checker {
+            runtime,
+            golden: Arc::new(Golden::builtin()),
+            cache: None,
+        }
+    }
+
+    /// Loads candidates through a precompiled-module cache.
+    pub fn with_cache(mut self, cache: crate::runtime::cache::Cache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// Checks on a blocking thread.
+    pub async fn check(
+        &self,
+        bytes: Vec<u8>,
+        sha256: Option<String>,
+    ) -> Result<Accepted, Rejection> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            Candidate {
+                bytes: &bytes,
+                sha256: sha256.as_deref(),
+            }
+            .check(&this.runtime, &this.golden, this.cache.as_ref())
+        })
+        .await
+        .unwrap_or_else(|e| Err(Rejection::Load(format!("the check itself failed: {e}"))))
+    }
+}
+
+struct State {
+    current: Serving,
+    previous: Option<Serving>,
+    /// Consecutive reconcile-time failures of `current`.
+    failures: u32,
+    /// Digests rolled back; never taken again.
+    rolled_back: HashSet<String>,
+    last_check: Option<CheckTimings>,
+    last_rejection: Option<String>,
+}
+
+struct EventSink {
+    recorder: Recorder,
+    reference: ObjectReference,
+}
+
+/// Holds the serving module and the previous good one, swaps them, and
+/// rolls back on repeated reconcile-time failures.
+pub struct ModuleManager {
+    state: Mutex<State>,
+    /// What reconciles read: swapped under the state lock, read without it.
+    serving: RwLock<Arc<dyn Reconciler>>,
+    metrics: Arc<Metrics>,
+    rollback_after: u32,
+    reconcile_all: broadcast::Sender<()>,
+    events: Mutex<Option<Arc<EventSink>>>,
+}
+
+impl ModuleManager {
+    /// Starts serving `initial`.
+    pub fn new(initial: Serving, metrics: Arc<Metrics>) -> Self {
+        metrics.set_module(None, &initial.digest, &initial.source);
+        let (reconcile_all, _) = broadcast::channel(16);
+        ModuleManager {
+            serving: RwLock::new(initial.module.clone()),
+            state: Mutex::new(State {
+                current: initial,
+                previous: None,
+                failures: 0,
+                rolled_back: HashSet::new(),
+                last_check: None,
+                last_rejection: None,
+            }),
+            metrics,
+            rollback_after: DEFAULT_ROLLBACK_AFTER,
+            reconcile_all,
+            events: Mutex::new(None),
+        }
+    }
+
+    /// Rolls back after `n` consecutive reconcile-time failures (at least 1).
+    pub fn with_rollback_after(mut self, n: u32) -> Self {
+        self.rollback_after = n.max(1);
+        self
+    }
+
+    /// Records `ModuleRejected` and `ModuleRolledBack` Events about
+    /// `reference` through `client`.
+    pub fn set_events(&self, client: kube::Client, instance: &str, reference: ObjectReference) {
+        let reporter = Reporter {
+            controller: "shardgate".into(),
+            instance: Some(instance.to_string()),
+        };
+        *self.events.lock().unwrap() = Some(Arc::new(EventSink {
+            recorder: Recorder::new(client, reporter),
+            reference,
+        }));
+    }
+
+    /// Whether Events are recorded.
+    pub fn has_events(&self) -> bool {
+        self.events.lock().unwrap().is_some()
+    }
+
+    /// The module for a reconcile that starts now.
+    pub fn module(&self) -> Arc<dyn Reconciler> {
+        self.serving.read().unwrap().clone()
+    }
+
+    /// The serving module with its digest and source.
+    pub fn serving(&self) -> Serving {
+        self.state.lock().unwrap().current.clone()
+    }
+
+    /// The previous good module, the one a rollback restores.
+    pub fn previous(&self) -> Option<Serving> {
+        self.state.lock().unwrap().previous.clone()
+    }
+
+    /// Timings of the last accepted candidate's check.
+    pub fn last_check(&self) -> Option<CheckTimings> {
+        self.state.lock().unwrap().last_check
+    }
+
+    /// The last rejection or rollback, as logged.
+    pub fn last_rejection(&self) -> Option<String> {
+        self.state.lock().unwrap().last_rejection.clone()
+    }
+
+    /// Each message asks to re-reconcile every cluster (after a swap or a
+    /// rollback).
+    pub fn subscribe(&self) -> broadcast::Receiver<()> {
+        self.reconcile_all.subscribe()
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Checks `bytes` from `source` and swaps them in if they pass; on any
+    /// rejection the serving module stays and the rejection is reported.
+    /// Returns the new digest.
+    pub async fn offer(
+        &self,
+        checker: &Checker,
+        bytes: Vec<u8>,
+        source: &ModuleSource,
+    ) -> Result<String, Rejection> {
+        let label = source.label();
+        let digest = sha256_hex(&bytes);
+        if self.state.lock().unwrap().rolled_back.contains(&digest)
+            && source
+                .sha256()
+                .is_none_or(|pin| pin.eq_ignore_ascii_case(&digest))
+        {
+            let r = Rejection::RolledBack(digest);
+            self.reject(&label, &r);
+            return Err(r);
+        }
+        match checker
+            .check(bytes, source.sha256().map(String::from))
+            .await
+        {
+            Ok(accepted) => {
+                let digest = accepted.digest.clone();
+                info!(
+                    source = %label,
+                    %digest,
+                    compile_ms = accepted.timings.compile.as_secs_f64() * 1e3,
+                    self_check_ms = accepted.timings.self_check.as_secs_f64() * 1e3,
+                    "reconcile module accepted"
+                );
+                self.state.lock().unwrap().last_check = Some(accepted.timings);
+                self.install(Serving {
+                    module: accepted.module,
+                    digest: digest.clone(),
+                    source: label,
+                });
+                self.metrics.module_swap("accepted");
+                Ok(digest)
+            }
+            Err(r) => {
+                self.reject(&label, &r);
+                Err(r)
+            }
+        }
+    }
+
+    /// Swaps `serving` in without any check (the checked path is
+    /// [`Self::offer`]): the current module becomes the previous one, new
+    /// reconciles get `serving`, and every cluster is re-reconciled.
+    pub fn install(&self, serving: Serving) {
+        {
+            let mut st = self.state.lock().unwrap();
+            let old = std::mem::replace(&mut st.current, serving.clone());
+            self.metrics.set_module(
+                Some((&old.digest, &old.source)),
+                &serving.digest,
+                &serving.source,
+            );
+            *self.serving.write().unwrap() = serving.module.clone();
+            // Swapping to the same digest (a re-offer) keeps the previous.
+            if old.digest != serving.digest {
+                st.previous = Some(old);
+            }
+            st.failures = 0;
+        }
+        info!(digest = %serving.digest, source = %serving.source, "reconcile module serving");
+        let _ = self.reconcile_all.send(());
+    }
+
+    /// Reports a rejected candidate: log, counter, Event.
+    pub fn reject(&self, source: &str, rejection: &Rejection) {
+        let serving = {
+            let mut st = self.state.lock().unwrap();
+            st.last_rejection = Some(rejection.to_string());
+            st.current.digest.clone()
+        };
+        warn!(
+            %source,
+            reason = rejection.kind(),
+            error = %rejection,
+            serving = %serving,
+            "reconcile module rejected; the last good module keeps serving"
+        );
+        self.metrics.module_swap("rejected");
+        self.event(
+            "ModuleRejected",
+            "SwapModule",
+            format!("{source}: {rejection}; still serving {serving}"),
+        );
+    }
+
+    /// A reconcile's guest call through `used` succeeded (an invalid-spec
+    /// verdict is a success too).
+    pub fn module_succeeded(&self, used: &Arc<dyn Reconciler>) {
+        let mut st = self.state.lock().unwrap();
+        if Arc::ptr_eq(used, &st.current.module) {
+            st.failures = 0;
+        }
+    }
+
+    /// A reconcile's guest call through `used` failed. Deadline, memory cap
+    /// and trap count towards a rollback; host errors do not, nor do
+    /// failures of a module that no longer serves. Returns whether this
+    /// rolled back.
+    pub fn module_failed(&self, used: &Arc<dyn Reconciler>, error: &CallError) -> bool {
+        if matches!(error, CallError::Host(_)) {
+            return false;
+        }
+        let (from, to) = {
+            let mut st = self.state.lock().unwrap();
+            if !Arc::ptr_eq(used, &st.current.module) {
+                return false;
+            }
+            st.failures = st.failures.saturating_add(1);
+            if st.failures < self.rollback_after {
+                return false;
+            }
+            let Some(previous) = st.previous.take() else {
+                if st.failures == self.rollback_after {
+                    warn!(
+                        failures = st.failures,
+                        digest = %st.current.digest,
+                        "reconcile module keeps failing and there is no previous module to roll back to"
+                    );
+                }
+                return false;
+            };
+            let bad = std::mem::replace(&mut st.current, previous.clone());
+            st.rolled_back.insert(bad.digest.clone());
+            st.failures = 0;
+            self.metrics.set_module(
+                Some((&bad.digest, &bad.source)),
+                &previous.digest,
+                &previous.source,
+            );
+            *self.serving.write().unwrap() = previous.module.clone();
+            st.last_rejection = Some(format!(
+                "rolled back {} after {} failures: {error}",
+                bad.digest, self.rollback_after
+            ));
+            (bad, previous)
+        };
+        warn!(
+            from = %from.digest,
+            to = %to.digest,
+            failures = self.rollback_after,
+            last_error = %error,
+            "reconcile module rolled back to the previous good module"
+        );
+        self.metrics.module_rollbacks.inc();
+        self.event(
+            "ModuleRolledBack",
+            "RollbackModule",
+            format!(
+                "{} ({}) failed {} reconciles in a row (last: {error}); rolled back to {} ({})",
+                from.digest, from.source, self.rollback_after, to.digest, to.source
+            ),
+        );
+        let _ = self.reconcile_all.send(());
+        true
+    }
+
+    fn event(&self, reason: &'static str, action: &'static str, note: String) {
+        let Some(sink) = self.events.lock().unwrap().clone() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let metrics = self.metrics.clone();
+        handle.spawn(async move {
+            let ev = Event {
+                type_: EventType::Warning,
+                reason: reason.into(),
+                note: Some(note.chars().take(1000).collect()),
+                action: action.into(),
+                secondary: None,
+            };
+            match sink.recorder.publish(&ev, &sink.reference).await {
+                Ok(()) => metrics.write("create", "events"),
+                Err(e) => warn!(error = %e, reason, "could not record an event"),
+            }
+        });
+    }
+}
+
+/// The object module Events are recorded against when the source is not a
+/// ConfigMap: the operator's own Pod.
+pub fn pod_reference(namespace: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        ..ObjectReference::default()
+    }
+}
+
+/// The object module Events are recorded against for `source`: the
+/// ConfigMap itself, else the operator's Pod (`identity` in `namespace`).
+pub fn event_reference(source: &ModuleSource, namespace: &str, identity: &str) -> ObjectReference {
+    match source {
+        ModuleSource::ConfigMap {
+            namespace, name, ..
+        } => ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+            namespace: Some(namespace.clone()),
+            name: Some(name.clone()),
+            ..ObjectReference::default()
+        },
+        _ => pod_reference(namespace, identity),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,267 @@
+//! The manager's swap and rollback logic, with fake reconcilers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use shardgate_guest::model::{Cluster, Desired, Error as GuestError, Input, Violation};
+
+use super::*;
+use crate::reconciler::{Native, Reconciler};
+use crate::runtime::Limits;
+
+/// The native guest, or a trap while `broken` is set.
+struct Flaky {
+    broken: AtomicBool,
+}
+
+impl Reconciler for Flaky {
+    fn reconcile(&self, input: &Input) -> Result<Result<Desired, GuestError>, CallError> {
+        if self.broken.load(Ordering::Relaxed) {
+            return Err(CallError::Trap("unreachable executed".into()));
+        }
+        Native.reconcile(input)
+    }
+
+    fn validate(&self, cluster: &Cluster) -> Result<Vec<Violation>, CallError> {
+        Native.validate(cluster)
+    }
+}
+
+fn serving(module: Arc<dyn Reconciler>, digest: &str) -> Serving {
+    Serving {
+        module,
+        digest: digest.into(),
+        source: format!("test:{digest}"),
+    }
+}
+
+fn info(metrics: &Metrics) -> Vec<String> {
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("shardgate_module_info{"))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn the_embedded_guest_and_the_native_crate_pass_the_self_check() {
+    let runtime = Runtime::new(Limits::default()).unwrap();
+    let golden = Golden::builtin();
+    candidate::self_check(&Native, &golden).unwrap();
+    let accepted = Candidate {
+        bytes: EMBEDDED_GUEST,
+        sha256: None,
+    }
+    .check(&runtime, &golden, None)
+    .unwrap();
+    assert_eq!(accepted.digest, sha256_hex(EMBEDDED_GUEST));
+    // A pin in upper case is the same digest.
+    Candidate {
+        bytes: EMBEDDED_GUEST,
+        sha256: Some(&accepted.digest.to_uppercase()),
+    }
+    .check(&runtime, &golden, None)
+    .unwrap();
+}
+
+#[test]
+fn a_wrong_pin_and_wrong_bytes_are_rejected_with_their_reason() {
+    let runtime = Runtime::new(Limits::default()).unwrap();
+    let golden = Golden::builtin();
+    let pin = "0".repeat(64);
+    let r = Candidate {
+        bytes: EMBEDDED_GUEST,
+        sha256: Some(&pin),
+    }
+    .check(&runtime, &golden, None)
+    .err()
+    .unwrap();
+    assert_eq!(r.kind(), "digest");
+    assert_eq!(
+        r.to_string(),
+        format!(
+            "digest mismatch: expected {pin}, got {}",
+            sha256_hex(EMBEDDED_GUEST)
+        )
+    );
+    let r = Candidate {
+        bytes: &EMBEDDED_GUEST[..EMBEDDED_GUEST.len() / 2],
+        sha256: None,
+    }
+    .check(&runtime, &golden, None)
+    .err()
+    .unwrap();
+    assert_eq!(r.kind(), "load", "{r}");
+}
+
+/// Drops every announce key but the first: the self-check must notice.
+struct ForgetsAnnounce;
+
+impl Reconciler for ForgetsAnnounce {
+    fn reconcile(&self, input: &Input) -> Result<Result<Desired, GuestError>, CallError> {
+        Ok(Native.reconcile(input)?.map(|mut d| {
+            for n in &mut d.nodes {
+                n.announce.truncate(1);
+            }
+            d
+        }))
+    }
+
+    fn validate(&self, cluster: &Cluster) -> Result<Vec<Violation>, CallError> {
+        Native.validate(cluster)
+    }
+}
+
+/// Names a port after the wrong node.
+struct MislabelsPorts;
+
+impl Reconciler for MislabelsPorts {
+    fn reconcile(&self, input: &Input) -> Result<Result<Desired, GuestError>, CallError> {
+        Ok(Native.reconcile(input)?.map(|mut d| {
+            if let Some(p) = d.services.first_mut().and_then(|s| s.ports.first_mut()) {
+                p.name = "vk-n7".into();
+            }
+            d
+        }))
+    }
+
+    fn validate(&self, cluster: &Cluster) -> Result<Vec<Violation>, CallError> {
+        Native.validate(cluster)
+    }
+}
+
+/// Accepts everything.
+struct Lenient;
+
+impl Reconciler for Lenient {
+    fn reconcile(&self, input: &Input) -> Result<Result<Desired, GuestError>, CallError> {
+        Native.reconcile(input)
+    }
+
+    fn validate(&self, _: &Cluster) -> Result<Vec<Violation>, CallError> {
+        Ok(Vec::new())
+    }
+}
+
+#[test]
+fn the_self_check_catches_broken_invariants() {
+    let golden = Golden::builtin();
+    let r = candidate::self_check(&ForgetsAnnounce, &golden).unwrap_err();
+    assert_eq!(r.kind(), "self-check");
+    assert!(r.to_string().contains("cluster-announce-"), "{r}");
+    let r = candidate::self_check(&MislabelsPorts, &golden).unwrap_err();
+    assert!(r.to_string().contains("does not name its node"), "{r}");
+    let r = candidate::self_check(&Lenient, &golden).unwrap_err();
+    assert!(
+        r.to_string().contains("validate accepted an invalid spec"),
+        "{r}"
+    );
+}
+
+#[test]
+fn install_swaps_and_keeps_the_previous_module() {
+    let metrics = Arc::new(Metrics::default());
+    let a: Arc<dyn Reconciler> = Arc::new(Native);
+    let b: Arc<dyn Reconciler> = Arc::new(Native);
+    let m = ModuleManager::new(serving(a.clone(), "aaa"), metrics.clone());
+    let mut rx = m.subscribe();
+    assert_eq!(
+        info(&metrics),
+        ["shardgate_module_info{digest=\"aaa\",source=\"test:aaa\"} 1"]
+    );
+    m.install(serving(b.clone(), "bbb"));
+    assert!(Arc::ptr_eq(&m.module(), &b));
+    assert_eq!(m.previous().unwrap().digest, "aaa");
+    assert_eq!(
+        info(&metrics),
+        ["shardgate_module_info{digest=\"bbb\",source=\"test:bbb\"} 1"]
+    );
+    assert!(rx.try_recv().is_ok(), "a swap re-reconciles everything");
+}
+
+#[test]
+fn consecutive_failures_roll_back_to_the_previous_module() {
+    let metrics = Arc::new(Metrics::default());
+    let good: Arc<dyn Reconciler> = Arc::new(Native);
+    let flaky = Arc::new(Flaky {
+        broken: AtomicBool::new(false),
+    });
+    let bad: Arc<dyn Reconciler> = flaky.clone();
+    let m =
+        ModuleManager::new(serving(good.clone(), "good"), metrics.clone()).with_rollback_after(3);
+    m.install(serving(bad.clone(), "bad"));
+    let mut rx = m.subscribe();
+    let trap = CallError::Trap("unreachable".into());
+
+    // Failures of a module that no longer serves, host errors and failures
+    // interrupted by a success do not count.
+    assert!(!m.module_failed(&good, &trap));
+    assert!(!m.module_failed(&bad, &CallError::Host(anyhow::anyhow!("x"))));
+    assert!(!m.module_failed(&bad, &trap));
+    assert!(!m.module_failed(&bad, &trap));
+    m.module_succeeded(&bad);
+    assert!(!m.module_failed(&bad, &trap));
+    assert!(!m.module_failed(
+        &bad,
+        &CallError::Deadline(std::time::Duration::from_secs(1))
+    ));
+    assert!(Arc::ptr_eq(&m.module(), &bad));
+    assert!(
+        m.module_failed(&bad, &CallError::MemoryCap(1)),
+        "the third in a row rolls back"
+    );
+
+    assert!(Arc::ptr_eq(&m.module(), &good));
+    assert_eq!(m.serving().digest, "good");
+    assert!(m.previous().is_none(), "never back to the bad module");
+    assert_eq!(metrics.module_rollbacks.get(), 1);
+    assert_eq!(
+        info(&metrics),
+        ["shardgate_module_info{digest=\"good\",source=\"test:good\"} 1"]
+    );
+    assert!(rx.try_recv().is_ok(), "a rollback re-reconciles everything");
+    assert!(m.last_rejection().unwrap().contains("rolled back bad"));
+
+    // With nothing to go back to, failures only count.
+    for _ in 0..5 {
+        assert!(!m.module_failed(&good, &trap));
+    }
+    assert!(Arc::ptr_eq(&m.module(), &good));
+}
+
+#[tokio::test]
+async fn a_rolled_back_digest_is_not_taken_again() {
+    let runtime = Arc::new(Runtime::new(Limits::default()).unwrap());
+    let checker = Checker::new(runtime.clone());
+    let metrics = Arc::new(Metrics::default());
+    let m = ModuleManager::new(serving(Arc::new(Native), "native"), metrics.clone());
+    let source = ModuleSource::File {
+        path: "/nonexistent/reconcile.wasm".into(),
+        sha256: None,
+    };
+    let digest = m
+        .offer(&checker, EMBEDDED_GUEST.to_vec(), &source)
+        .await
+        .unwrap();
+    assert_eq!(m.serving().digest, digest);
+    let used = m.module();
+    for _ in 0..DEFAULT_ROLLBACK_AFTER {
+        m.module_failed(&used, &CallError::Trap("x".into()));
+    }
+    assert_eq!(m.serving().digest, "native");
+    let r = m
+        .offer(&checker, EMBEDDED_GUEST.to_vec(), &source)
+        .await
+        .unwrap_err();
+    assert_eq!(r.kind(), "rolled-back");
+    let text = metrics.encode();
+    assert!(
+        text.contains("shardgate_module_swaps_total{result=\"accepted\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("shardgate_module_swaps_total{result=\"rejected\"} 1"),
+        "{text}"
+    );
+}

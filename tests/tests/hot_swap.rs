@@ -1,0 +1,779 @@
+//! Hot-swapping the reconcile module: the operator against the API emulator
+//! with a watched file or ConfigMap source. Swaps under load cost no failed
+//! reconcile and no API write; bad candidates are rejected with their reason
+//! while the last good module keeps serving; a module that keeps failing at
+//! reconcile time is rolled back.
+//!
+//! `--nocapture` prints the swap latency (file replaced -> new module
+//! serving) and the compile time against the rest of the check.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kube_emulator::{CustomResource, Emulator};
+use serde_json::{Value, json};
+use shardgate::modules::{self, Checker, Golden, ModuleManager, ModuleSource, Serving, sha256_hex};
+use shardgate::operator::{self, Metrics, Options};
+use shardgate::reconciler::Reconciler;
+use shardgate::runtime::{CallError, EMBEDDED_GUEST, Limits, Runtime};
+use shardgate_guest::model::{Cluster, Desired, Error as GuestError, Input, Violation};
+use tokio::sync::{broadcast, oneshot};
+
+const MISBEHAVE: &[u8] = include_bytes!(env!("MISBEHAVE_WASM"));
+const NS: &str = "default";
+
+static RUNTIME: LazyLock<Arc<Runtime>> =
+    LazyLock::new(|| Arc::new(Runtime::new(Limits::default()).unwrap()));
+
+/// The embedded guest with a custom section appended: the same logic under
+/// another digest (a component tolerates trailing custom sections).
+fn variant(tag: &str) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"shardgate-hot-swap-test";
+    let mut body = Vec::new();
+    leb(name.len(), &mut body);
+    body.extend_from_slice(name);
+    body.extend_from_slice(tag.as_bytes());
+    let mut out = EMBEDDED_GUEST.to_vec();
+    out.push(0);
+    leb(body.len(), &mut out);
+    out.extend_from_slice(&body);
+    out
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "shardgate-hot-swap-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Replaces `path` atomically (write aside, rename), as a rollout should.
+fn replace(path: &Path, bytes: &[u8]) {
+    let aside = path.with_extension("tmp");
+    std::fs::write(&aside, bytes).unwrap();
+    std::fs::rename(&aside, path).unwrap();
+}
+
+/// Serving `bytes` from `source`, checked.
+fn checked(bytes: &[u8], source: &ModuleSource) -> Serving {
+    let accepted = modules::Candidate {
+        bytes,
+        sha256: None,
+    }
+    .check(&RUNTIME, &Golden::builtin(), None)
+    .unwrap();
+    Serving {
+        module: accepted.module,
+        digest: accepted.digest,
+        source: source.label(),
+    }
+}
+
+async fn wait_for(what: &str, timeout: Duration, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn metric_sum(metrics: &Metrics, prefix: &str) -> u64 {
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn swaps(metrics: &Metrics, result: &str) -> u64 {
+    metric_sum(
+        metrics,
+        &format!("shardgate_module_swaps_total{{result=\"{result}\"}}"),
+    )
+}
+
+/// The `shardgate_module_info` lines.
+fn module_info(metrics: &Metrics) -> Vec<String> {
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("shardgate_module_info{"))
+        .map(String::from)
+        .collect()
+}
+
+fn info_line(digest: &str, source: &str) -> String {
+    format!("shardgate_module_info{{digest=\"{digest}\",source=\"{source}\"}} 1")
+}
+
+struct Operator {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    metrics: Arc<Metrics>,
+    resync: broadcast::Sender<()>,
+}
+
+impl Operator {
+    async fn start(emu: &Emulator, modules: Arc<ModuleManager>) -> Operator {
+        let client = emu.client().await.unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (resync, _) = broadcast::channel(16);
+        let metrics = modules.metrics().clone();
+        let options = Options {
+            kubeconfig: None,
+            context: None,
+            namespace: None,
+            listen: None,
+            lease: None,
+            identity: "hot-swap".into(),
+            reconcile_all: Some(resync.clone()),
+            manage_valkey: false,
+        };
+        let task = tokio::spawn(operator::run_with_modules(
+            options,
+            client,
+            modules,
+            metrics.clone(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Operator {
+            stop: Some(stop),
+            task,
+            metrics,
+            resync,
+        }
+    }
+
+    fn errors(&self) -> u64 {
+        metric_sum(&self.metrics, "shardgate_reconcile_errors_total{")
+    }
+
+    async fn stop(mut self) {
+        self.stop.take().unwrap().send(()).ok();
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("operator stops on shutdown")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+async fn emulator() -> Emulator {
+    Emulator::builder()
+        .custom_resource(
+            CustomResource::from_crd_yaml(include_str!(
+                "../../deploy/crds/valkeyclusters.valkey.io.yaml"
+            ))
+            .unwrap(),
+        )
+        .statefulset_controller(true)
+        .bookmark_interval(Duration::from_millis(500))
+        .start()
+        .await
+        .unwrap()
+}
+
+async fn create_cluster(emu: &Emulator, name: &str) {
+    let obj = json!({
+        "apiVersion": "valkey.io/v1alpha1",
+        "kind": "ValkeyCluster",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"shards": 2, "replicas": 1, "externalAccess": {
+            "enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip",
+            "externalTrafficPolicy": "Cluster", "hostnamePrefix": "shard"}},
+    });
+    let client = emu.client().await.unwrap();
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client,
+        NS,
+        &kube::api::ApiResource::erase::<shardgate::crd::ValkeyCluster>(&()),
+    );
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(obj).unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
+fn condition(emu: &Emulator, name: &str, type_: &str) -> Option<String> {
+    let obj = emu.get("valkeyclusters", NS, name)?;
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| c["status"].as_str().unwrap().to_string())
+}
+
+fn converged(emu: &Emulator, name: &str) -> bool {
+    let Some(obj) = emu.get("valkeyclusters", NS, name) else {
+        return false;
+    };
+    obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+        && condition(emu, name, "Ready").as_deref() == Some("True")
+        && condition(emu, name, "Progressing").as_deref() == Some("False")
+}
+
+/// Waits for `check`, acting as the kubelet meanwhile (every pod gets an
+/// IP, a host IP and Ready).
+async fn eventually(emu: &Emulator, what: &str, check: impl Fn(&Emulator) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for pod in emu.list("pods", Some(NS)) {
+            let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+            if pod["status"]["podIP"].is_null() {
+                let n = emu.list("pods", Some(NS)).len();
+                let _ = emu.set_pod_status(
+                    NS,
+                    &name,
+                    &format!("10.1.0.{}", n % 250 + 1),
+                    "127.0.0.1",
+                    true,
+                );
+            }
+        }
+        if check(emu) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for: {what}\nwrites: {:?}",
+            emu.write_counts()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn events(emu: &Emulator, reason: &str) -> Vec<Value> {
+    emu.list("events.k8s.io/v1/Event", None)
+        .into_iter()
+        .filter(|e| e["reason"] == reason)
+        .collect()
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
+    let emu = emulator().await;
+    let dir = temp_dir("load");
+    let path = dir.join("reconcile.wasm");
+    let (a, b) = (EMBEDDED_GUEST.to_vec(), variant("b"));
+    let (digest_a, digest_b) = (sha256_hex(&a), sha256_hex(&b));
+    assert_ne!(digest_a, digest_b);
+    std::fs::write(&path, &a).unwrap();
+    let source = ModuleSource::File {
+        path: path.clone(),
+        sha256: None,
+    };
+    let metrics = Arc::new(Metrics::default());
+    let manager = Arc::new(ModuleManager::new(checked(&a, &source), metrics.clone()));
+    let op = Operator::start(&emu, manager.clone()).await;
+    let watch = modules::watch::spawn(
+        manager.clone(),
+        Checker::new(RUNTIME.clone()),
+        source.clone(),
+        None,
+        Some(digest_a.clone()),
+    );
+
+    create_cluster(&emu, "load").await;
+    eventually(&emu, "converged", |e| converged(e, "load")).await;
+
+    // Reconciles run continuously from here on.
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn({
+        let (tx, stop) = (op.resync.clone(), stop_load.clone());
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                tx.send(()).ok();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let writes_before = emu.total_writes();
+    let counts_before = emu.write_counts();
+    let errors_before = op.errors();
+    let reconciles_start = metrics.reconciles.get();
+
+    let mut latencies = Vec::new();
+    let mut compiles = Vec::new();
+    let mut rests = Vec::new();
+    for i in 0..20 {
+        let (bytes, digest) = if i % 2 == 0 {
+            (&b, &digest_b)
+        } else {
+            (&a, &digest_a)
+        };
+        let reconciles = metrics.reconciles.get();
+        let replaced = Instant::now();
+        replace(&path, bytes);
+        wait_for(
+            &format!("swap {i} to serve"),
+            Duration::from_secs(30),
+            || manager.serving().digest == *digest,
+        )
+        .await;
+        let latency = replaced.elapsed();
+        latencies.push(latency);
+        let t = manager.last_check().expect("an accepted check has timings");
+        compiles.push(t.compile);
+        rests.push(latency.saturating_sub(t.compile));
+        assert_eq!(
+            module_info(&metrics),
+            [info_line(digest, &source.label())],
+            "swap {i}: module_info shows only the serving module"
+        );
+        // Reconciles run with the new module before the next swap.
+        wait_for("reconciles after the swap", Duration::from_secs(10), || {
+            metrics.reconciles.get() >= reconciles + 3
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop_load.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let reconciles = metrics.reconciles.get() - reconciles_start;
+    assert_eq!(op.errors(), errors_before, "no reconcile failed");
+    assert_eq!(errors_before, 0);
+    assert_eq!(
+        emu.total_writes(),
+        writes_before,
+        "the swaps wrote nothing: before {counts_before:?}, after {:?}",
+        emu.write_counts()
+    );
+    assert_eq!(swaps(&metrics, "accepted"), 20);
+    assert_eq!(swaps(&metrics, "rejected"), 0);
+    assert_eq!(manager.serving().digest, digest_a);
+    assert_eq!(manager.previous().unwrap().digest, digest_b);
+    assert!(converged(&emu, "load"));
+
+    let (mut l, mut c, mut r) = (latencies.clone(), compiles.clone(), rests.clone());
+    println!(
+        "hot swap: 20 swaps under load ({reconciles} reconciles meanwhile, 0 failed, 0 writes)"
+    );
+    println!(
+        "swap latency (file replaced -> new module serving): median {:.1} ms, max {:.1} ms",
+        ms(median(&mut l)),
+        ms(*latencies.iter().max().unwrap())
+    );
+    println!(
+        "  compile + type check (Runtime::load): median {:.1} ms, max {:.1} ms",
+        ms(median(&mut c)),
+        ms(*compiles.iter().max().unwrap())
+    );
+    println!(
+        "  the rest (event, settle {:.0} ms, read, digest, self-check, swap): median {:.1} ms, max {:.1} ms",
+        ms(modules::watch::SETTLE),
+        ms(median(&mut r)),
+        ms(*rests.iter().max().unwrap())
+    );
+
+    watch.abort();
+    op.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits for the `n`th rejection and returns its message.
+async fn rejection(manager: &ModuleManager, n: u64) -> String {
+    wait_for(&format!("rejection {n}"), Duration::from_secs(30), || {
+        swaps(manager.metrics(), "rejected") >= n
+    })
+    .await;
+    manager.last_rejection().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves() {
+    let emu = emulator().await;
+    let client = emu.client().await.unwrap();
+    let dir = temp_dir("reject");
+    let path = dir.join("reconcile.wasm");
+    std::fs::write(&path, EMBEDDED_GUEST).unwrap();
+    let source = ModuleSource::File {
+        path: path.clone(),
+        sha256: None,
+    };
+    let good = checked(EMBEDDED_GUEST, &source);
+    let good_digest = good.digest.clone();
+    let metrics = Arc::new(Metrics::default());
+    let manager = Arc::new(ModuleManager::new(good, metrics.clone()));
+    manager.set_events(
+        client,
+        "hot-swap",
+        modules::pod_reference(NS, "shardgate-hot-swap"),
+    );
+    let checker = Checker::new(RUNTIME.clone());
+    let watch = modules::watch::spawn(
+        manager.clone(),
+        checker.clone(),
+        source.clone(),
+        None,
+        Some(good_digest.clone()),
+    );
+    let still_good = |what: &str| {
+        assert_eq!(
+            manager.serving().digest,
+            good_digest,
+            "{what}: the last good module serves"
+        );
+        assert_eq!(
+            module_info(&metrics),
+            [info_line(&good_digest, &source.label())]
+        );
+        assert_eq!(swaps(&metrics, "accepted"), 0, "{what}");
+    };
+
+    // Through the watched file.
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "core module",
+            b"\0asm\x01\0\0\0".to_vec(),
+            "not a reconcile module: not a valid wasm component",
+        ),
+        (
+            "empty component",
+            b"\0asm\x0d\0\x01\0".to_vec(),
+            "does not export shardgate:reconcile/reconciler@0.2.0",
+        ),
+        (
+            "truncated",
+            EMBEDDED_GUEST[..EMBEDDED_GUEST.len() * 2 / 3].to_vec(),
+            "not a reconcile module: not a valid wasm component",
+        ),
+        (
+            "misbehave (refuses every name)",
+            MISBEHAVE.to_vec(),
+            "self-check failed: golden input \"golden-nodeport\": validate refused a valid spec: error: metadata.name: misbehave refuses",
+        ),
+    ];
+    let mut n = 0;
+    for (what, bytes, reason) in cases {
+        n += 1;
+        replace(&path, &bytes);
+        let message = rejection(&manager, n).await;
+        println!("rejected {what}: {message}");
+        assert!(message.contains(reason), "{what}: {message}");
+        still_good(what);
+    }
+
+    // A pinned digest: other bytes are refused before they are compiled.
+    let pinned_path = dir.join("pinned.wasm");
+    std::fs::write(&pinned_path, EMBEDDED_GUEST).unwrap();
+    let pinned = ModuleSource::File {
+        path: pinned_path.clone(),
+        sha256: Some(good_digest.to_uppercase()),
+    };
+    let pinned_watch = modules::watch::spawn(
+        manager.clone(),
+        checker.clone(),
+        pinned,
+        None,
+        Some(good_digest.clone()),
+    );
+    let other = variant("unpinned");
+    replace(&pinned_path, &other);
+    n += 1;
+    let message = rejection(&manager, n).await;
+    println!("rejected unpinned bytes: {message}");
+    assert_eq!(
+        message,
+        format!(
+            "digest mismatch: expected {good_digest}, got {}",
+            sha256_hex(&other)
+        )
+    );
+    still_good("digest mismatch");
+    pinned_watch.abort();
+
+    // Trap, deadline and memory cap during the self-check: the misbehave
+    // module misbehaves on golden inputs bearing those names.
+    for (name, reason) in [
+        (
+            "trap",
+            "self-check on golden input \"trap\": reconcile module trapped",
+        ),
+        (
+            "loop",
+            "self-check on golden input \"loop\": reconcile module exceeded its deadline",
+        ),
+        (
+            "alloc",
+            "self-check on golden input \"alloc\": reconcile module exceeded its memory cap",
+        ),
+    ] {
+        let checker = Checker {
+            runtime: RUNTIME.clone(),
+            golden: Arc::new(Golden::renamed(name)),
+            cache: None,
+        };
+        let r = manager
+            .offer(&checker, MISBEHAVE.to_vec(), &source)
+            .await
+            .unwrap_err();
+        n += 1;
+        println!("rejected misbehave on {name:?} ({}): {r}", r.kind());
+        assert!(r.to_string().contains(reason), "{r}");
+        assert_eq!(swaps(&metrics, "rejected"), n);
+        still_good(name);
+    }
+
+    // Each rejection was recorded as an Event about the operator's Pod.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let recorded = events(&emu, "ModuleRejected");
+    assert!(!recorded.is_empty(), "a ModuleRejected Event");
+    assert!(
+        recorded
+            .iter()
+            .all(|e| e["regarding"]["kind"] == "Pod" && e["type"] == "Warning"),
+        "{recorded:#?}"
+    );
+
+    // And a good module is still taken afterwards.
+    let next = variant("after");
+    replace(&path, &next);
+    wait_for(
+        "the good module after rejections",
+        Duration::from_secs(30),
+        || manager.serving().digest == sha256_hex(&next),
+    )
+    .await;
+
+    watch.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The real module, except that it traps for one cluster.
+struct TrapsFor {
+    inner: Arc<dyn Reconciler>,
+    cluster: &'static str,
+}
+
+impl Reconciler for TrapsFor {
+    fn reconcile(&self, input: &Input) -> Result<Result<Desired, GuestError>, CallError> {
+        if input.cluster.name == self.cluster {
+            return Err(CallError::Trap(
+                "wasm trap: wasm `unreachable` instruction executed".into(),
+            ));
+        }
+        self.inner.reconcile(input)
+    }
+
+    fn validate(&self, cluster: &Cluster) -> Result<Vec<Violation>, CallError> {
+        self.inner.validate(cluster)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_that_keeps_trapping_at_reconcile_time_is_rolled_back() {
+    let emu = emulator().await;
+    let metrics = Arc::new(Metrics::default());
+    let good = checked(EMBEDDED_GUEST, &ModuleSource::Embedded);
+    let good_digest = good.digest.clone();
+    // It passes the self-check (the golden inputs have other names) ...
+    let bad = TrapsFor {
+        inner: good.module.clone(),
+        cluster: "victim",
+    };
+    modules::candidate::self_check(&bad, &Golden::builtin()).unwrap();
+    let manager = Arc::new(ModuleManager::new(good, metrics.clone()).with_rollback_after(3));
+    let op = Operator::start(&emu, manager.clone()).await;
+    create_cluster(&emu, "victim").await;
+    eventually(&emu, "converged", |e| converged(e, "victim")).await;
+
+    // ... but traps on a live cluster.
+    manager.install(Serving {
+        module: Arc::new(bad),
+        digest: "bad".into(),
+        source: "test:bad".into(),
+    });
+    wait_for("rollback", Duration::from_secs(30), || {
+        manager.serving().digest == good_digest
+    })
+    .await;
+    assert_eq!(metrics.module_rollbacks.get(), 1);
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "shardgate_reconcile_errors_total{reason=\"ModuleFailed\"}"
+        ),
+        3,
+        "rolled back after exactly 3 failures"
+    );
+    assert_eq!(
+        module_info(&metrics),
+        [info_line(&good_digest, &ModuleSource::Embedded.label())]
+    );
+    println!("{}", manager.last_rejection().unwrap());
+
+    // The restored module reconciles the cluster again; the rollback was
+    // recorded.
+    let done = metrics.reconciles.get();
+    op.resync.send(()).ok();
+    eventually(&emu, "reconciled after the rollback", |e| {
+        metrics.reconciles.get() > done && converged(e, "victim")
+    })
+    .await;
+    wait_for("a ModuleRolledBack Event", Duration::from_secs(10), || {
+        !events(&emu, "ModuleRolledBack").is_empty()
+    })
+    .await;
+    let ev = &events(&emu, "ModuleRolledBack")[0];
+    assert!(
+        ev["note"].as_str().unwrap().contains("rolled back to"),
+        "{ev:#}"
+    );
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "shardgate_reconcile_errors_total{reason=\"ModuleFailed\"}"
+        ),
+        3
+    );
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_source_is_watched_through_the_api() {
+    let emu = emulator().await;
+    let client = emu.client().await.unwrap();
+    let source = ModuleSource::ConfigMap {
+        namespace: NS.into(),
+        name: "shardgate-module".into(),
+        key: modules::DEFAULT_CONFIGMAP_KEY.into(),
+        sha256: None,
+    };
+    let metrics = Arc::new(Metrics::default());
+    let manager = Arc::new(ModuleManager::new(
+        checked(EMBEDDED_GUEST, &ModuleSource::Embedded),
+        metrics.clone(),
+    ));
+    manager.set_events(
+        client.clone(),
+        "hot-swap",
+        modules::event_reference(&source, NS, "shardgate-hot-swap"),
+    );
+    let op = Operator::start(&emu, manager.clone()).await;
+    let watch = modules::watch::spawn(
+        manager.clone(),
+        Checker::new(RUNTIME.clone()),
+        source.clone(),
+        Some(client.clone()),
+        None,
+    );
+    create_cluster(&emu, "cm").await;
+    eventually(&emu, "converged", |e| converged(e, "cm")).await;
+
+    let api: Api<ConfigMap> = Api::namespaced(client, NS);
+    let config_map = |bytes: &[u8]| ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("shardgate-module".into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        binary_data: Some(
+            [(
+                modules::DEFAULT_CONFIGMAP_KEY.to_string(),
+                ByteString(bytes.to_vec()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    let first = variant("configmap-1");
+    let created = Instant::now();
+    api.create(&PostParams::default(), &config_map(&first))
+        .await
+        .unwrap();
+    wait_for(
+        "the ConfigMap's module serves",
+        Duration::from_secs(30),
+        || manager.serving().digest == sha256_hex(&first),
+    )
+    .await;
+    println!(
+        "ConfigMap created -> serving: {:.1} ms",
+        ms(created.elapsed())
+    );
+    assert_eq!(
+        module_info(&metrics),
+        [info_line(&sha256_hex(&first), &source.label())]
+    );
+
+    let second = variant("configmap-2");
+    let mut cm = api.get("shardgate-module").await.unwrap();
+    cm.binary_data = config_map(&second).binary_data;
+    let updated = Instant::now();
+    api.replace("shardgate-module", &PostParams::default(), &cm)
+        .await
+        .unwrap();
+    wait_for("the updated module serves", Duration::from_secs(30), || {
+        manager.serving().digest == sha256_hex(&second)
+    })
+    .await;
+    println!(
+        "ConfigMap updated -> serving: {:.1} ms",
+        ms(updated.elapsed())
+    );
+
+    // A bad update is rejected, recorded against the ConfigMap, and the
+    // second module keeps serving.
+    let mut cm = api.get("shardgate-module").await.unwrap();
+    cm.binary_data = config_map(&second[..100]).binary_data;
+    api.replace("shardgate-module", &PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let message = rejection(&manager, 1).await;
+    assert!(message.contains("not a valid wasm component"), "{message}");
+    assert_eq!(manager.serving().digest, sha256_hex(&second));
+    wait_for("a ModuleRejected Event", Duration::from_secs(10), || {
+        !events(&emu, "ModuleRejected").is_empty()
+    })
+    .await;
+    let ev = &events(&emu, "ModuleRejected")[0];
+    assert_eq!(ev["regarding"]["kind"], "ConfigMap", "{ev:#}");
+    assert_eq!(ev["regarding"]["name"], "shardgate-module", "{ev:#}");
+
+    // The cluster kept converging through both swaps.
+    op.resync.send(()).ok();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(converged(&emu, "cm"));
+    assert_eq!(op.errors(), 0);
+    watch.abort();
+    op.stop().await;
+}
