@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use serde_json::{Map, Value, json};
 
 use crate::cluster_ips::{ClusterIps, in_range};
-use crate::nodeports::{NODE_PORT_RANGE, NodePorts};
+use crate::nodeports::NodePorts;
 
 pub(crate) type Causes = Vec<(String, String)>;
 
@@ -331,10 +331,15 @@ fn service_ports(
             continue;
         }
         let field = format!("spec.ports[{i}].nodePort");
-        if !NODE_PORT_RANGE.contains(&np) {
+        let range = ctx.node_ports.range();
+        if !range.contains(&np) {
             errs.push((
                 field,
-                format!("Invalid value: {np}: provided port is not in the valid range. The range of valid ports is 30000-32767"),
+                format!(
+                    "Invalid value: {np}: provided port is not in the valid range. The range of valid ports is {}-{}",
+                    range.start(),
+                    range.end()
+                ),
             ));
         } else if ctx.node_ports.owner(np).is_some_and(|o| o != ctx.owner) {
             errs.push((

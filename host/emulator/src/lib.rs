@@ -73,6 +73,8 @@ pub enum Ingress {
 pub struct EmulatorBuilder {
     custom_resources: Vec<CustomResource>,
     statefulset_controller: bool,
+    instant_pods: bool,
+    node_port_range: std::ops::RangeInclusive<i64>,
     namespaces: Vec<String>,
     auto_create_namespaces: bool,
     bookmark_interval: Duration,
@@ -85,6 +87,8 @@ impl Default for EmulatorBuilder {
         Self {
             custom_resources: Vec::new(),
             statefulset_controller: false,
+            instant_pods: false,
+            node_port_range: nodeports::NODE_PORT_RANGE,
             namespaces: vec!["default".into(), "kube-system".into()],
             auto_create_namespaces: false,
             bookmark_interval: Duration::from_secs(5),
@@ -104,6 +108,23 @@ impl EmulatorBuilder {
     /// Runs the built-in StatefulSet controller (creates/deletes Pods).
     pub fn statefulset_controller(mut self, on: bool) -> Self {
         self.statefulset_controller = on;
+        self
+    }
+
+    /// Pods the StatefulSet controller creates start `Running` and `Ready`
+    /// with a pod IP from 10.244.0.0/16 on, as if a kubelet had started them
+    /// at once (for scale tests with no kubelet). Off by default: pod status
+    /// is then left to the caller ([`Emulator::set_pod_status`]).
+    pub fn instant_pods(mut self, on: bool) -> Self {
+        self.instant_pods = on;
+        self
+    }
+
+    /// The NodePort range, as the API server's `--service-node-port-range`
+    /// (default 30000-32767). Out-of-range requests are refused with the
+    /// server's message; allocation picks from this range.
+    pub fn node_port_range(mut self, range: std::ops::RangeInclusive<u16>) -> Self {
+        self.node_port_range = i64::from(*range.start())..=i64::from(*range.end());
         self
     }
 
@@ -151,11 +172,13 @@ impl EmulatorBuilder {
         let mut state = State {
             registry,
             store: store::Store::new(self.history_limit),
-            node_ports: Default::default(),
+            node_ports: nodeports::NodePorts::new(self.node_port_range.clone()),
             cluster_ips: Default::default(),
             counts: Default::default(),
             faults: Default::default(),
             statefulset_controller: self.statefulset_controller,
+            instant_pods: self.instant_pods,
+            pod_ips: 0,
             auto_create_namespaces: self.auto_create_namespaces,
             in_controller: false,
         };

@@ -1,4 +1,5 @@
-//! `kube-emulator [--port N] [--kubeconfig PATH] [--crd FILE]... [--statefulset-controller]`
+//! `kube-emulator [--port N] [--kubeconfig PATH] [--crd FILE]... [--statefulset-controller]
+//! [--instant-pods] [--service-node-port-range LOW-HIGH]`
 //!
 //! Runs the emulator until interrupted, e.g. for a local sandbox.
 
@@ -22,10 +23,18 @@ async fn main() -> anyhow::Result<()> {
                 )?);
             }
             "--statefulset-controller" => builder = builder.statefulset_controller(true),
+            "--instant-pods" => builder = builder.instant_pods(true),
+            "--service-node-port-range" => {
+                let range = args.next().unwrap_or_default();
+                let (lo, hi) = range.split_once('-').ok_or_else(|| {
+                    anyhow::anyhow!("--service-node-port-range wants LOW-HIGH, got {range:?}")
+                })?;
+                builder = builder.node_port_range(lo.parse()?..=hi.parse()?);
+            }
             "--auto-create-namespaces" => builder = builder.auto_create_namespaces(true),
             "--namespace" => builder = builder.namespace(&args.next().unwrap_or_default()),
             other => anyhow::bail!(
-                "unknown argument {other}; usage: kube-emulator [--port N] [--kubeconfig PATH] [--crd FILE]... [--namespace NS]... [--statefulset-controller] [--auto-create-namespaces]"
+                "unknown argument {other}; usage: kube-emulator [--port N] [--kubeconfig PATH] [--crd FILE]... [--namespace NS]... [--statefulset-controller] [--instant-pods] [--service-node-port-range LOW-HIGH] [--auto-create-namespaces]"
             ),
         }
     }

@@ -1,4 +1,5 @@
-//! NodePort allocation (30000-32767), owned by Service.
+//! NodePort allocation, owned by Service. The range is the API server's
+//! `--service-node-port-range` (default 30000-32767).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeInclusive;
@@ -6,12 +7,30 @@ use std::ops::RangeInclusive;
 pub(crate) const NODE_PORT_RANGE: RangeInclusive<i64> = 30000..=32767;
 
 /// Which Service (`ns/name`) holds each allocated node port.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct NodePorts {
+    range: RangeInclusive<i64>,
     used: BTreeMap<i64, String>,
 }
 
+impl Default for NodePorts {
+    fn default() -> Self {
+        Self::new(NODE_PORT_RANGE)
+    }
+}
+
 impl NodePorts {
+    pub fn new(range: RangeInclusive<i64>) -> Self {
+        Self {
+            range,
+            used: BTreeMap::new(),
+        }
+    }
+
+    pub fn range(&self) -> &RangeInclusive<i64> {
+        &self.range
+    }
+
     pub fn owner(&self, port: i64) -> Option<&str> {
         self.used.get(&port).map(String::as_str)
     }
@@ -28,12 +47,12 @@ impl NodePorts {
     pub fn pick(&self, taken: &BTreeSet<i64>) -> Option<i64> {
         let free = |p: i64| !taken.contains(&p) && self.owner(p).is_none();
         for _ in 0..64 {
-            let p = fastrand::i64(NODE_PORT_RANGE);
+            let p = fastrand::i64(self.range.clone());
             if free(p) {
                 return Some(p);
             }
         }
-        NODE_PORT_RANGE.clone().find(|p| free(*p))
+        self.range.clone().find(|p| free(*p))
     }
 
     pub fn allocated(&self) -> usize {

@@ -27,6 +27,10 @@ pub(crate) struct State {
     pub counts: Counts,
     pub faults: Faults,
     pub statefulset_controller: bool,
+    /// Pods start Running and Ready with an IP (no kubelet in the loop).
+    pub instant_pods: bool,
+    /// How many pod IPs `instant_pods` has handed out.
+    pub pod_ips: u32,
     pub auto_create_namespaces: bool,
     /// Set while a controller runs, so its own writes do not re-enter it.
     pub in_controller: bool,

@@ -96,6 +96,37 @@ fn pod_for(sts: &Value, ordinal: i64, revision: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
 }
 
+/// With `instant_pods`, the kubelet's part: a new Pod is at once Running and
+/// Ready with the next pod IP (10.244.0.0/16 on). Otherwise nothing.
+fn start(state: &mut State, pod: &Target) {
+    if !state.instant_pods {
+        return;
+    }
+    let n = state.pod_ips;
+    state.pod_ips += 1;
+    let ip = format!("10.{}.{}.{}", 244 + (n >> 16), (n >> 8) & 0xff, n & 0xff);
+    let now = crate::util::now();
+    let cond = |t: &str| json!({"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
+    let status = json!({"status": {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "hostIP": "192.168.0.1",
+        "hostIPs": [{"ip": "192.168.0.1"}],
+        "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
+    }});
+    let target = Target {
+        status: true,
+        ..pod.clone()
+    };
+    let _ = state.patch(
+        &target,
+        PatchType::Merge,
+        status.to_string().as_bytes(),
+        &Opts::internal("kubelet"),
+    );
+}
+
 fn reconcile(state: &mut State, sts: &Value) {
     let Some(pods_res) = state.registry.find("", "v1", "pods") else {
         return;
@@ -179,6 +210,7 @@ fn reconcile(state: &mut State, sts: &Value) {
                     break;
                 }
                 let _ = state.create(&pods_res, &ns, pod_for(sts, ord, &revision), &opts);
+                start(state, &pod_target(&format!("{name}-{ord}")));
             }
             Some(p) => {
                 let outdated =
@@ -187,6 +219,7 @@ fn reconcile(state: &mut State, sts: &Value) {
                     let pname = format!("{name}-{ord}");
                     let _ = state.delete(&pod_target(&pname), &DeleteOpts::default(), &opts);
                     let _ = state.create(&pods_res, &ns, pod_for(sts, ord, &revision), &opts);
+                    start(state, &pod_target(&pname));
                 }
             }
         }
