@@ -605,3 +605,52 @@ async fn statefulset_controller_manages_pods() {
     assert_eq!(names(emu.list("pods", Some("default"))), ["db-0", "db-1"]);
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn instant_pods_start_ready_with_distinct_ips() {
+    let emu = Emulator::builder()
+        .statefulset_controller(true)
+        .instant_pods(true)
+        .start()
+        .await
+        .unwrap();
+    let client = emu.client().await.unwrap();
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let manifest = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {"replicas": 3, "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}},
+                "spec": {"containers": [{"name": "c", "image": "valkey:9"}]}}}});
+    sts.patch(
+        "db",
+        &PatchParams::apply("op").force(),
+        &Patch::Apply(manifest),
+    )
+    .await
+    .unwrap();
+    // OrderedReady creates pod N only once 0..N-1 are Ready: all three
+    // exist at once because each started Ready.
+    let list = pods.list(&Default::default()).await.unwrap().items;
+    assert_eq!(list.len(), 3);
+    let mut ips = std::collections::BTreeSet::new();
+    for p in &list {
+        let status = p.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert!(
+            status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        );
+        let ip: std::net::Ipv4Addr = status.pod_ip.as_deref().unwrap().parse().unwrap();
+        assert_eq!(ip.octets()[..2], [10, 244]);
+        ips.insert(ip);
+    }
+    assert_eq!(ips.len(), 3, "each pod has its own IP");
+    let s = sts.get("db").await.unwrap().status.unwrap();
+    assert_eq!(s.ready_replicas, Some(3));
+    emu.shutdown().await;
+}

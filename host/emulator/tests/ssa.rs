@@ -390,3 +390,47 @@ async fn apply_list_map_merging() {
     assert_eq!(names, ["p2"]);
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_configured_node_port_range_is_allocated_from_and_enforced() {
+    let emu = kube_emulator::Emulator::builder()
+        .node_port_range(40000..=40001)
+        .start()
+        .await
+        .unwrap();
+    let client = emu.client().await.unwrap();
+    let api: Api<Service> = Api::namespaced(client, "default");
+    let pp = PatchParams::apply("op").force();
+    let two = json!([{"name": "a", "port": 1}, {"name": "b", "port": 2}]);
+    let created = api
+        .patch("s", &pp, &Patch::Apply(svc("NodePort", two)))
+        .await
+        .unwrap();
+    let mut ports: Vec<i32> = created
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .map(|p| p.node_port.unwrap())
+        .collect();
+    ports.sort();
+    assert_eq!(ports, [40000, 40001]);
+    // The range is full: a third port cannot be allocated.
+    let mut other = svc("NodePort", json!([{"name": "c", "port": 3}]));
+    other["metadata"]["name"] = "t".into();
+    let e = api.patch("t", &pp, &Patch::Apply(other)).await.unwrap_err();
+    assert_eq!(api_code(&e), 422, "{e}");
+    // An explicit port outside the configured range is refused with it.
+    let mut outside = svc(
+        "NodePort",
+        json!([{"name": "c", "port": 3, "nodePort": 30000}]),
+    );
+    outside["metadata"]["name"] = "u".into();
+    let e = api
+        .patch("u", &pp, &Patch::Apply(outside))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("40000-40001"), "{e}");
+    emu.shutdown().await;
+}
