@@ -161,6 +161,10 @@ struct RunArgs {
     /// deleted without draining).
     #[arg(long)]
     no_manage_valkey: bool,
+    /// Watch events for one cluster this close together (milliseconds)
+    /// start one reconcile; 0 reconciles on every event.
+    #[arg(long, default_value_t = shardgate::operator::DEBOUNCE.as_millis() as u64)]
+    debounce_ms: u64,
     /// This replica's identity in the Lease.
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -416,6 +420,7 @@ fn run_operator(args: RunArgs) -> anyhow::Result<ExitCode> {
             identity,
             reconcile_all: None,
             manage_valkey: !args.no_manage_valkey,
+            debounce: std::time::Duration::from_millis(args.debounce_ms),
         };
         operator::run_with_modules(options, client, modules, metrics, shutdown_signal()).await?;
         watch.abort();

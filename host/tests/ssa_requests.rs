@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use kube::client::Body;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
-use shardgate::operator::apply::{self, APPLIED_HASH, Applied};
+use shardgate::operator::apply::{self, APPLIED_HASH, Applied, Recent};
 
 fn service() -> Service {
     Service {
@@ -36,6 +36,7 @@ fn service() -> Service {
 async fn apply_sends_one_forced_server_side_apply_with_our_field_manager() {
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
+    let recent = Recent::default();
     let (store, _writer) = reflector::store::<Service>();
     let server = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.expect("one request");
@@ -64,7 +65,9 @@ async fn apply_sends_one_forced_server_side_apply_with_our_field_manager() {
                 .is_err()
         );
     });
-    let result = apply::apply(&client, &store, &service()).await.unwrap();
+    let result = apply::apply(&client, &store, &recent, &service())
+        .await
+        .unwrap();
     assert_eq!(result, Applied::Created);
     server.await.unwrap();
 }
@@ -73,6 +76,7 @@ async fn apply_sends_one_forced_server_side_apply_with_our_field_manager() {
 async fn an_object_already_in_place_sends_nothing() {
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
+    let recent = Recent::default();
     let (store, mut writer): (_, Writer<Service>) = reflector::store();
 
     // What the API server stores after our apply: our fields, our hash, and
@@ -86,7 +90,7 @@ async fn an_object_already_in_place_sends_nothing() {
         send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
         serde_json::from_slice::<serde_json::Value>(&body).unwrap()
     });
-    apply::apply(&probe_client, &empty, &service())
+    apply::apply(&probe_client, &empty, &Recent::default(), &service())
         .await
         .unwrap();
     let mut live = capture.await.unwrap();
@@ -99,7 +103,9 @@ async fn an_object_already_in_place_sends_nothing() {
     writer.apply_watcher_event(&watcher::Event::Apply(live.clone()));
 
     assert_eq!(
-        apply::apply(&client, &store, &service()).await.unwrap(),
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
         Applied::Unchanged
     );
     assert!(
@@ -119,8 +125,43 @@ async fn an_object_already_in_place_sends_nothing() {
         send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
     });
     assert_eq!(
-        apply::apply(&client, &store, &service()).await.unwrap(),
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
         Applied::Updated
+    );
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn an_apply_the_cache_has_not_shown_yet_is_not_sent_twice() {
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let recent = Recent::default();
+    let (store, _writer) = reflector::store::<Service>();
+    let server = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.expect("the first apply");
+        let body = request.into_body().collect_bytes().await.unwrap();
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+        // The store never sees the object, yet nothing more is sent.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), handle.next_request())
+                .await
+                .is_err(),
+            "applied again before the watch caught up"
+        );
+    });
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
+        Applied::Created
+    );
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
+        Applied::Unchanged
     );
     server.await.unwrap();
 }

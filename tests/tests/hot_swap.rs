@@ -151,6 +151,8 @@ impl Operator {
             identity: "hot-swap".into(),
             reconcile_all: Some(resync.clone()),
             manage_valkey: false,
+            // Every trigger reconciles: the tests count reconciles.
+            debounce: std::time::Duration::ZERO,
         };
         let task = tokio::spawn(operator::run_with_modules(
             options,

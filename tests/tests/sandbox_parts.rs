@@ -61,6 +61,8 @@ impl Operator {
             reconcile_all: None,
             // These tests check the kubelet and proxy, not cluster formation.
             manage_valkey: false,
+            // Every trigger reconciles: the tests count reconciles.
+            debounce: std::time::Duration::ZERO,
         };
         let module: Arc<dyn Reconciler> = Arc::new(MODULE.clone());
         let task = tokio::spawn(operator::run(

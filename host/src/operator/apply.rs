@@ -7,7 +7,9 @@
 //! every applied field (someone changed a field shardgate owns). Fields other
 //! managers add are left alone, so at steady state a reconcile sends no write.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
@@ -31,8 +33,57 @@ pub enum Applied {
     Unchanged,
 }
 
-/// Applies `desired` unless the live object in `store` already has it.
-pub async fn apply<K>(client: &kube::Client, store: &Store<K>, desired: &K) -> kube::Result<Applied>
+/// What this process applied and its cache has not shown yet.
+///
+/// Right after an apply the reflector store still holds the old object (or
+/// none): a reconcile that runs before the watch event arrives would apply
+/// the same thing again. Each entry lives until the store shows the applied
+/// hash, or for [`Recent::TTL`] at most (so a delete that races the watch is
+/// repaired by a later reconcile).
+#[derive(Default)]
+pub struct Recent {
+    entries: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+impl Recent {
+    pub const TTL: Duration = Duration::from_secs(10);
+
+    fn key<K: Resource<DynamicType = ()>>(namespace: &str, name: &str) -> String {
+        format!("{}/{namespace}/{name}", K::plural(&()))
+    }
+
+    /// True if `hash` was applied to this object within the TTL.
+    fn pending(&self, key: &str, hash: &str) -> bool {
+        let mut entries = self.entries.lock().unwrap();
+        match entries.get(key) {
+            Some((h, at)) if h == hash && at.elapsed() < Self::TTL => true,
+            Some(_) => {
+                entries.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn record(&self, key: String, hash: String) {
+        let mut entries = self.entries.lock().unwrap();
+        entries.retain(|_, (_, at)| at.elapsed() < Self::TTL);
+        entries.insert(key, (hash, Instant::now()));
+    }
+
+    fn seen(&self, key: &str) {
+        self.entries.lock().unwrap().remove(key);
+    }
+}
+
+/// Applies `desired` unless the live object in `store` already has it (or
+/// this process just applied it and the store has not caught up).
+pub async fn apply<K>(
+    client: &kube::Client,
+    store: &Store<K>,
+    recent: &Recent,
+    desired: &K,
+) -> kube::Result<Applied>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
@@ -49,14 +100,20 @@ where
     body["metadata"]["annotations"][APPLIED_HASH] = hash.clone().into();
 
     let live = store.get(&ObjectRef::new(&name).within(&namespace));
-    if let Some(live) = &live {
-        let live_hash = live.annotations().get(APPLIED_HASH);
-        if live_hash == Some(&hash) {
-            let live_json = serde_json::to_value(live.as_ref()).expect("k8s objects serialize");
-            if contains(&live_json, &body) {
-                return Ok(Applied::Unchanged);
-            }
+    let key = Recent::key::<K>(&namespace, &name);
+    let live_hash = live
+        .as_ref()
+        .and_then(|l| l.annotations().get(APPLIED_HASH));
+    if let Some(live) = &live
+        && live_hash == Some(&hash)
+    {
+        recent.seen(&key);
+        let live_json = serde_json::to_value(live.as_ref()).expect("k8s objects serialize");
+        if contains(&live_json, &body) {
+            return Ok(Applied::Unchanged);
         }
+    } else if recent.pending(&key, &hash) {
+        return Ok(Applied::Unchanged);
     }
     let api: Api<K> = Api::namespaced(client.clone(), &namespace);
     api.patch(
@@ -65,6 +122,7 @@ where
         &Patch::Apply(&body),
     )
     .await?;
+    recent.record(key, hash);
     Ok(if live.is_some() {
         Applied::Updated
     } else {
@@ -72,15 +130,12 @@ where
     })
 }
 
-/// Deletes every object in `store` that belongs to the cluster with `uid`
-/// (labelled with its name and controlled by it) and is not in `keep`.
-/// Returns the names deleted.
+/// Deletes every object of `owned` (what the cluster owns in `namespace`,
+/// see [`owned_by`]) that is not in `keep`. Returns the names deleted.
 pub async fn prune<K>(
     client: &kube::Client,
-    store: &Store<K>,
+    owned: &[Arc<K>],
     namespace: &str,
-    cluster: &str,
-    uid: &str,
     keep: &std::collections::BTreeSet<String>,
 ) -> kube::Result<Vec<String>>
 where
@@ -89,13 +144,7 @@ where
         + DeserializeOwned
         + std::fmt::Debug,
 {
-    let doomed: Vec<Arc<K>> = store
-        .state()
-        .into_iter()
-        .filter(|o| o.namespace().as_deref() == Some(namespace))
-        .filter(|o| owned_by(o.as_ref(), cluster, uid))
-        .filter(|o| !keep.contains(&o.name_any()))
-        .collect();
+    let doomed = owned.iter().filter(|o| !keep.contains(&o.name_any()));
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let mut deleted = Vec::new();
     for o in doomed {

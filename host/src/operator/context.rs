@@ -10,20 +10,42 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use super::index::Indexed;
 use super::metrics::Metrics;
 use crate::crd::ValkeyCluster;
 use crate::modules::{ModuleManager, Serving};
 use crate::reconciler::Reconciler;
 use crate::runtime::CallError;
 
-/// Reflector stores of everything the operator reads.
+/// Reflector stores of everything the operator reads; the owned kinds with
+/// their by-cluster indexes.
 #[derive(Clone)]
 pub struct Stores {
     pub clusters: Store<ValkeyCluster>,
-    pub services: Store<Service>,
-    pub config_maps: Store<ConfigMap>,
-    pub stateful_sets: Store<StatefulSet>,
-    pub pods: Store<Pod>,
+    pub services: Indexed<Service>,
+    pub config_maps: Indexed<ConfigMap>,
+    pub stateful_sets: Indexed<StatefulSet>,
+    pub pods: Indexed<Pod>,
+}
+
+impl Stores {
+    /// Whether every owned kind has been listed once. A reconcile that ran
+    /// on a half-filled cache would see objects as missing and apply them
+    /// again (after a restart: every Service without its NodePorts).
+    ///
+    /// Never waits: the controller polls the watches that fill these caches
+    /// only while it has a free reconcile slot, so reconciles that waited
+    /// for them could fill every slot and wait forever.
+    pub fn synced(&self) -> bool {
+        use futures::FutureExt;
+        let ready = |f: &mut (dyn Future<Output = Result<(), _>> + Unpin)| {
+            matches!(f.now_or_never(), Some(Ok(())))
+        };
+        ready(&mut Box::pin(self.services.store.wait_until_ready()))
+            && ready(&mut Box::pin(self.config_maps.store.wait_until_ready()))
+            && ready(&mut Box::pin(self.stateful_sets.store.wait_until_ready()))
+            && ready(&mut Box::pin(self.pods.store.wait_until_ready()))
+    }
 }
 
 pub struct Context {
@@ -33,6 +55,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Whether reconciles talk to the Valkey nodes.
     pub manage_valkey: bool,
+    /// Applies the stores have not shown yet.
+    pub recent: super::apply::Recent,
     modules: Arc<ModuleManager>,
     failures: Mutex<HashMap<ObjectRef<ValkeyCluster>, u32>>,
 }
@@ -56,6 +80,7 @@ impl Context {
             stores,
             metrics,
             manage_valkey,
+            recent: Default::default(),
             modules,
             failures: Mutex::new(HashMap::new()),
         }

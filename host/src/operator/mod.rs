@@ -10,6 +10,7 @@
 pub mod apply;
 pub mod context;
 pub mod http;
+pub mod index;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use anyhow::Context as _;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::Api;
@@ -41,6 +42,10 @@ pub use metrics::Metrics;
 /// Selects every object shardgate manages.
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=shardgate";
 
+/// Watch events for one cluster within this long of each other start one
+/// reconcile, not one each: creating a cluster's objects raises dozens.
+pub const DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How `shardgate run` connects and behaves.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -58,6 +63,9 @@ pub struct Options {
     /// its topology and apply announce settings live. Off only where pods
     /// are not real (API-only tests).
     pub manage_valkey: bool,
+    /// Watch events for one cluster this close together start one
+    /// reconcile ([`DEBOUNCE`] by default; zero reconciles on each).
+    pub debounce: std::time::Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -215,26 +223,11 @@ async fn controller(
         .labels(MANAGED_SELECTOR)
         .any_semantic();
 
-    let (services, services_w) = reflector::store();
-    let (config_maps, config_maps_w) = reflector::store();
-    let (stateful_sets, stateful_sets_w) = reflector::store();
-    let (pods, pods_w) = reflector::store();
-    let service_stream = watcher(api::<Service>(&client, ns), managed.clone())
-        .default_backoff()
-        .reflect(services_w)
-        .touched_objects();
-    let config_map_stream = watcher(api::<ConfigMap>(&client, ns), managed.clone())
-        .default_backoff()
-        .reflect(config_maps_w)
-        .touched_objects();
-    let stateful_set_stream = watcher(api::<StatefulSet>(&client, ns), managed.clone())
-        .default_backoff()
-        .reflect(stateful_sets_w)
-        .touched_objects();
-    let pod_stream = watcher(api::<Pod>(&client, ns), managed)
-        .default_backoff()
-        .reflect(pods_w)
-        .touched_objects();
+    let (services, service_stream) = indexed(api::<Service>(&client, ns), &managed, slim);
+    let (config_maps, config_map_stream) = indexed(api::<ConfigMap>(&client, ns), &managed, slim);
+    let (stateful_sets, stateful_set_stream) =
+        indexed(api::<StatefulSet>(&client, ns), &managed, slim);
+    let (pods, pod_stream) = indexed(api::<Pod>(&client, ns), &managed, slim_pod);
 
     // Reconciles run concurrently up to a bound well inside the wasm
     // runtime's instance pool (one instance per in-flight guest call).
@@ -243,7 +236,11 @@ async fn controller(
         api::<ValkeyCluster>(&client, ns),
         watcher::Config::default().any_semantic(),
     )
-    .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
+    .with_config(
+        kube::runtime::controller::Config::default()
+            .concurrency(concurrency)
+            .debounce(options.debounce),
+    );
     let stores = Stores {
         clusters: controller.store(),
         services: services.clone(),
@@ -265,10 +262,10 @@ async fn controller(
         let health = health.clone();
         async move {
             let synced = futures::join!(
-                services.wait_until_ready(),
-                config_maps.wait_until_ready(),
-                stateful_sets.wait_until_ready(),
-                pods.wait_until_ready()
+                services.store.wait_until_ready(),
+                config_maps.store.wait_until_ready(),
+                stateful_sets.store.wait_until_ready(),
+                pods.store.wait_until_ready()
             );
             if synced.0.is_ok() && synced.1.is_ok() && synced.2.is_ok() && synced.3.is_ok() {
                 health.ready.store(true, Ordering::Relaxed);
@@ -322,4 +319,63 @@ async fn controller(
         .await;
     info!("controller stopped");
     Ok(())
+}
+
+/// A watch of one kind of managed object, reflected into a store and a
+/// by-cluster index; `trim` drops what the operator never reads before it
+/// is cached. Returns the store and the stream of touched objects.
+fn indexed<K>(
+    api: Api<K>,
+    config: &watcher::Config,
+    trim: fn(&mut K),
+) -> (
+    index::Indexed<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let by_cluster = index::ByCluster::default();
+    let stream = watcher(api, config.clone())
+        .default_backoff()
+        .modify(trim)
+        // The index first: once the store says it is synced, so is the index.
+        .inspect_ok({
+            let by_cluster = by_cluster.clone();
+            move |event| by_cluster.apply(event)
+        })
+        .reflect(writer)
+        .touched_objects();
+    (
+        index::Indexed {
+            store,
+            index: by_cluster,
+        },
+        stream,
+    )
+}
+
+/// What no reconcile reads: the managed-fields bookkeeping (often as large
+/// as the object itself).
+fn slim<K: kube::Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+/// A Pod is read only for its labels, owner, IPs and readiness: its spec
+/// (the whole container template again) is dropped too.
+fn slim_pod(pod: &mut Pod) {
+    slim(pod);
+    pod.spec = None;
+    if let Some(status) = pod.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+    }
 }

@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::DeleteParams;
 use kube::api::{Api, Patch, PatchParams};
@@ -56,12 +57,18 @@ impl Error {
 pub const RESYNC: Duration = Duration::from_secs(300);
 /// How soon to look again while something is still pending.
 pub const PENDING_RECHECK: Duration = Duration::from_secs(15);
+/// How soon to look again when the object caches have not been listed yet.
+pub const CACHE_RECHECK: Duration = Duration::from_millis(200);
 /// How soon to look again while the Valkey cluster is forming or changing
 /// shape (gossip, syncs and migrations take seconds).
 pub const TOPOLOGY_RECHECK: Duration = Duration::from_secs(1);
 
 #[tracing::instrument(skip_all, fields(cluster = %vc.name_any(), namespace = vc.namespace().unwrap_or_default()))]
 pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !ctx.stores.synced() {
+        // Not counted as a reconcile: nothing was looked at.
+        return Ok(Action::requeue(CACHE_RECHECK));
+    }
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let result = run(&vc, &ctx).await;
@@ -101,39 +108,13 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
     let name = vc.name_any();
 
     // 1. The observed snapshot: only objects this cluster owns.
-    let services: Vec<_> = ctx
-        .stores
-        .services
-        .state()
-        .into_iter()
-        .filter(|s| {
-            s.namespace().as_deref() == Some(&namespace) && apply::owned_by(s.as_ref(), &name, &uid)
-        })
-        .collect();
-    // Pods count only if a StatefulSet this cluster controls controls them:
-    // a stray pod carrying the cluster's labels cannot inject a host IP.
-    let node_sets: BTreeSet<String> = ctx
-        .stores
-        .stateful_sets
-        .state()
-        .into_iter()
-        .filter(|s| {
-            s.namespace().as_deref() == Some(&namespace) && apply::owned_by(s.as_ref(), &name, &uid)
-        })
-        .filter_map(|s| s.uid())
-        .collect();
-    let pods: Vec<_> = ctx
-        .stores
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(&namespace))
-        .filter(|p| {
-            p.owner_references()
-                .iter()
-                .any(|r| r.controller == Some(true) && node_sets.contains(&r.uid))
-        })
-        .collect();
+    let owned = Owned::of(&ctx.stores, &namespace, &name, &uid);
+    let Owned {
+        services,
+        stateful_sets,
+        pods,
+        ..
+    } = &owned;
     let others: Vec<String> = ctx
         .stores
         .clusters
@@ -156,13 +137,20 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
         None
     };
     input.observed.valkey = valkey.as_ref().map(Nodes::facts);
-    mark_outdated(ctx, &name, &pods, &mut input.observed.pods);
+    mark_outdated(&name, stateful_sets, pods, &mut input.observed.pods);
 
     // 2. The guest, off the async threads.
     let module = ctx.module();
     let used = module.clone();
-    let guest_started = Instant::now();
-    let verdict = match tokio::task::spawn_blocking(move || module.reconcile(&input)).await? {
+    // Timed on the blocking thread, so waiting for a free thread is not
+    // counted as guest time.
+    let (result, guest_time) = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let result = module.reconcile(&input);
+        (result, started.elapsed())
+    })
+    .await?;
+    let verdict = match result {
         Ok(verdict) => {
             ctx.module_succeeded(&used);
             verdict
@@ -173,7 +161,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             return Err(e.into());
         }
     };
-    ctx.metrics.observe_guest(guest_started.elapsed());
+    ctx.metrics.observe_guest(guest_time);
     let desired = match verdict {
         Ok(d) => d,
         Err(invalid) => return refuse(vc, ctx, invalid.violations).await,
@@ -212,7 +200,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             &mut created,
             "services",
             &svc.name_any(),
-            apply::apply(client, &stores.services, svc).await?,
+            apply::apply(client, &stores.services.store, &ctx.recent, svc).await?,
         );
     }
     for n in &objects.nodes {
@@ -222,7 +210,13 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             &mut created,
             "configmaps",
             &n.config_map.name_any(),
-            apply::apply(client, &stores.config_maps, &n.config_map).await?,
+            apply::apply(
+                client,
+                &stores.config_maps.store,
+                &ctx.recent,
+                &n.config_map,
+            )
+            .await?,
         );
         note(
             ctx,
@@ -230,7 +224,13 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             &mut created,
             "services",
             &n.headless_service.name_any(),
-            apply::apply(client, &stores.services, &n.headless_service).await?,
+            apply::apply(
+                client,
+                &stores.services.store,
+                &ctx.recent,
+                &n.headless_service,
+            )
+            .await?,
         );
         note(
             ctx,
@@ -238,17 +238,23 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             &mut created,
             "statefulsets",
             &n.stateful_set.name_any(),
-            apply::apply(client, &stores.stateful_sets, &n.stateful_set).await?,
+            apply::apply(
+                client,
+                &stores.stateful_sets.store,
+                &ctx.recent,
+                &n.stateful_set,
+            )
+            .await?,
         );
     }
-    for c in &created {
+    if !created.is_empty() {
         publish(
             ctx,
             vc,
             EventType::Normal,
             "Created",
             "Apply",
-            format!("created {c}"),
+            summary("created", &created),
         )
         .await;
     }
@@ -311,13 +317,11 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
     let scope = Scope {
         ctx,
         namespace: &namespace,
-        cluster: &name,
-        uid: &uid,
     };
     if !announce_spreading {
         scope
             .prune(
-                &stores.services,
+                services,
                 "services",
                 "Service",
                 &keep_services,
@@ -326,7 +330,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             .await?;
         scope
             .prune(
-                &stores.stateful_sets,
+                stateful_sets,
                 "statefulsets",
                 "StatefulSet",
                 &keep_nodes,
@@ -335,7 +339,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             .await?;
         scope
             .prune(
-                &stores.config_maps,
+                &owned.config_maps,
                 "configmaps",
                 "ConfigMap",
                 &keep_nodes,
@@ -343,14 +347,14 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             )
             .await?;
     }
-    for d in &deleted {
+    if !deleted.is_empty() {
         publish(
             ctx,
             vc,
             EventType::Normal,
             "Deleted",
             "Prune",
-            format!("deleted {d}"),
+            summary("deleted", &deleted),
         )
         .await;
     }
@@ -384,16 +388,13 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
 /// Marks the pods whose template is older than their StatefulSet's
 /// (`controller-revision-hash` != the StatefulSet's `updateRevision`).
 fn mark_outdated(
-    ctx: &Context,
     cluster: &str,
+    stateful_sets: &[Arc<StatefulSet>],
     pods: &[Arc<Pod>],
     observed: &mut [shardgate_guest::model::ObservedPod],
 ) {
-    let revisions: std::collections::BTreeMap<String, String> = ctx
-        .stores
-        .stateful_sets
-        .state()
-        .into_iter()
+    let revisions: std::collections::BTreeMap<String, String> = stateful_sets
+        .iter()
         .filter_map(|s| Some((s.uid()?, s.status.as_ref()?.update_revision.clone()?)))
         .collect();
     for pod in pods {
@@ -438,19 +439,65 @@ async fn restart(
     Ok(())
 }
 
+/// What one cluster owns, read from the stores through their by-cluster
+/// indexes: labelled for the cluster AND controlled by its UID. Pods count
+/// only if a StatefulSet the cluster controls controls them, so a stray pod
+/// carrying the cluster's labels cannot inject a host IP.
+struct Owned {
+    services: Vec<Arc<Service>>,
+    config_maps: Vec<Arc<ConfigMap>>,
+    stateful_sets: Vec<Arc<StatefulSet>>,
+    pods: Vec<Arc<Pod>>,
+}
+
+impl Owned {
+    fn of(stores: &super::Stores, namespace: &str, cluster: &str, uid: &str) -> Self {
+        fn owned<K: Resource>(objects: Vec<Arc<K>>, cluster: &str, uid: &str) -> Vec<Arc<K>> {
+            objects
+                .into_iter()
+                .filter(|o| apply::owned_by(o.as_ref(), cluster, uid))
+                .collect()
+        }
+        let stateful_sets = owned(
+            stores.stateful_sets.labelled(namespace, cluster),
+            cluster,
+            uid,
+        );
+        let node_sets: BTreeSet<String> = stateful_sets.iter().filter_map(|s| s.uid()).collect();
+        let pods = stores
+            .pods
+            .labelled(namespace, cluster)
+            .into_iter()
+            .filter(|p| {
+                p.owner_references()
+                    .iter()
+                    .any(|r| r.controller == Some(true) && node_sets.contains(&r.uid))
+            })
+            .collect();
+        Owned {
+            services: owned(stores.services.labelled(namespace, cluster), cluster, uid),
+            config_maps: owned(
+                stores.config_maps.labelled(namespace, cluster),
+                cluster,
+                uid,
+            ),
+            stateful_sets,
+            pods,
+        }
+    }
+}
+
 /// The cluster a prune acts for.
 struct Scope<'a> {
     ctx: &'a Context,
     namespace: &'a str,
-    cluster: &'a str,
-    uid: &'a str,
 }
 
 impl Scope<'_> {
     /// Prunes one kind, counting each delete and noting it for an Event.
     async fn prune<K>(
         &self,
-        store: &kube::runtime::reflector::Store<K>,
+        owned: &[Arc<K>],
         resource: &'static str,
         kind: &str,
         keep: &BTreeSet<String>,
@@ -462,21 +509,35 @@ impl Scope<'_> {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        let names = apply::prune(
-            &self.ctx.client,
-            store,
-            self.namespace,
-            self.cluster,
-            self.uid,
-            keep,
-        )
-        .await?;
+        let names = apply::prune(&self.ctx.client, owned, self.namespace, keep).await?;
         for n in names {
             self.ctx.metrics.write("delete", resource);
             deleted.push(format!("{kind} {n}"));
         }
         Ok(())
     }
+}
+
+/// One Event per reconcile, not per object: "created 3 objects: a, b, c".
+/// A cluster's first reconcile creates dozens of objects; an Event each
+/// cost as many API writes again.
+fn summary(verb: &str, objects: &[String]) -> String {
+    const SHOWN: usize = 10;
+    let mut text = format!(
+        "{verb} {} object{}: {}",
+        objects.len(),
+        if objects.len() == 1 { "" } else { "s" },
+        objects
+            .iter()
+            .take(SHOWN)
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if objects.len() > SHOWN {
+        text.push_str(&format!(" and {} more", objects.len() - SHOWN));
+    }
+    text
 }
 
 fn note(

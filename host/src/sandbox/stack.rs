@@ -158,6 +158,7 @@ impl Sandbox {
                 identity: "shardgate-sandbox".into(),
                 reconcile_all: None,
                 manage_valkey: true,
+                debounce: operator::DEBOUNCE,
             },
             client.clone(),
             Arc::new(module) as Arc<dyn Reconciler>,

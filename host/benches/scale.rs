@@ -1,0 +1,393 @@
+//! P4 "scale": cold start of the real `shardgate run` binary against the API
+//! emulator holding N ValkeyClusters of 10 shards x 3 nodes, for N = 10, 100
+//! and 1,000, side by side in one run.
+//!
+//! Each size runs two phases against a fresh emulator (in this process; the
+//! operator is a child process, so its RSS and CPU are its own):
+//! - **first start**: only the ValkeyClusters exist; the operator creates
+//!   every Service, ConfigMap and StatefulSet (the emulator's StatefulSet
+//!   controller creates the Pods, already Ready: `instant_pods`) until every
+//!   cluster's status says Ready and Converged for its generation;
+//! - **restart**: that operator stops, a new one starts on the converged
+//!   state, until it has reconciled every cluster once; it must write
+//!   nothing.
+//!
+//! Reported per phase: wall time, peak RSS (`VmHWM`), CPU time, the guest's
+//! share of that CPU (the operator's own `guest_call_duration_seconds`,
+//! timed on the blocking thread), API writes and reconciles.
+//!
+//! Each cluster lives in its own namespace, and the NodePort range is
+//! widened to 20000-59999 (as `--service-node-port-range` would): 1,000
+//! clusters x 10 shards x 3 nodes need 30,000 NodePorts, more than the
+//! default range holds.
+//!
+//! Modes: `cargo bench -p shardgate --bench scale` (full: 10, 100, 1,000);
+//! quick (`cargo test --benches`, `SHARDGATE_BENCH_QUICK=1` or `-- --quick`):
+//! 10 clusters, asserting only that both phases converge and that the
+//! restart writes nothing. `SHARDGATE_BENCH_CLUSTERS=10,100` picks sizes.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube_emulator::{CustomResource, Emulator};
+use serde_json::{Value, json};
+
+const SHARDS: u32 = 10;
+const REPLICAS: u32 = 2;
+const CRD: &str = include_str!("../../deploy/crds/valkeyclusters.valkey.io.yaml");
+
+fn quick() -> bool {
+    std::env::var_os("SHARDGATE_BENCH_QUICK").is_some()
+        || std::env::args().any(|a| a == "--quick")
+        || !std::env::args().any(|a| a == "--bench")
+}
+
+fn sizes() -> Vec<usize> {
+    if let Ok(s) = std::env::var("SHARDGATE_BENCH_CLUSTERS") {
+        return s
+            .split(',')
+            .map(|n| n.trim().parse().expect("SHARDGATE_BENCH_CLUSTERS: numbers"))
+            .collect();
+    }
+    if quick() {
+        vec![10]
+    } else {
+        vec![10, 100, 1000]
+    }
+}
+
+fn namespace(i: usize) -> String {
+    format!("bench-{i:04}")
+}
+
+async fn emulator(n: usize) -> Emulator {
+    let mut builder = Emulator::builder()
+        .custom_resource(CustomResource::from_crd_yaml(CRD).expect("the CRD parses"))
+        .statefulset_controller(true)
+        .instant_pods(true)
+        .node_port_range(20000..=59999)
+        .history_limit(200_000);
+    for i in 0..n {
+        builder = builder.namespace(&namespace(i));
+    }
+    let emu = builder.start().await.expect("the emulator starts");
+    for i in 0..n {
+        emu.create(json!({
+            "apiVersion": "valkey.io/v1alpha1",
+            "kind": "ValkeyCluster",
+            "metadata": {"name": "cache", "namespace": namespace(i)},
+            "spec": {
+                "shards": SHARDS,
+                "replicas": REPLICAS,
+                "externalAccess": {"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"},
+            },
+        }))
+        .expect("a ValkeyCluster is created");
+    }
+    emu
+}
+
+/// Ready=True and Progressing=False, both for the current generation.
+fn converged(vc: &Value) -> bool {
+    let generation = &vc["metadata"]["generation"];
+    let conditions = vc["status"]["conditions"].as_array();
+    let is = |type_: &str, status: &str| {
+        conditions.is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c["type"] == type_
+                    && c["status"] == status
+                    && &c["observedGeneration"] == generation
+            })
+        })
+    };
+    is("Ready", "True") && is("Progressing", "False")
+}
+
+fn converged_count(emu: &Emulator) -> usize {
+    emu.list("valkeyclusters", None)
+        .iter()
+        .filter(|vc| converged(vc))
+        .count()
+}
+
+/// The operator as a child process.
+struct Operator {
+    child: Child,
+    metrics: String,
+}
+
+impl Operator {
+    fn start(kubeconfig: &Path) -> Operator {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let metrics = format!("127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_shardgate"))
+            .args(["run", "--no-leader-election", "--no-manage-valkey"])
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--listen", &metrics])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("shardgate run starts");
+        Operator { child, metrics }
+    }
+
+    fn proc(&self, file: &str) -> String {
+        std::fs::read_to_string(format!("/proc/{}/{file}", self.child.id())).unwrap_or_default()
+    }
+
+    /// Peak resident set size, MiB.
+    fn peak_rss_mib(&self) -> f64 {
+        let status = self.proc("status");
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0.0);
+        kib / 1024.0
+    }
+
+    /// User + system CPU seconds so far.
+    fn cpu_seconds(&self) -> f64 {
+        let stat = self.proc("stat");
+        // Fields after the parenthesised command name; utime and stime are
+        // the 14th and 15th fields overall.
+        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (ticks(11) + ticks(12)) / clock_ticks()
+    }
+
+    /// One metric's value from `/metrics` (0 when absent or unreachable).
+    fn metric(&self, name: &str) -> f64 {
+        let Ok(mut s) = TcpStream::connect(&self.metrics) else {
+            return 0.0;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.metrics);
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+struct Row {
+    clusters: usize,
+    phase: &'static str,
+    converged: usize,
+    seconds: f64,
+    peak_rss_mib: f64,
+    cpu_seconds: f64,
+    guest_seconds: f64,
+    writes: u64,
+    /// `verb resource=count, ...`
+    write_detail: String,
+    reconciles: f64,
+}
+
+impl Row {
+    fn print(&self) {
+        let share = if self.cpu_seconds > 0.0 {
+            100.0 * self.guest_seconds / self.cpu_seconds
+        } else {
+            0.0
+        };
+        println!(
+            "{:>8} {:<12} {:>5}/{:<5} {:>8.2} {:>9.1} {:>8.2} {:>6.1}% {:>8} {:>10}",
+            self.clusters,
+            self.phase,
+            self.converged,
+            self.clusters,
+            self.seconds,
+            self.peak_rss_mib,
+            self.cpu_seconds,
+            share,
+            self.writes,
+            self.reconciles,
+        );
+    }
+}
+
+fn timeout(n: usize) -> Duration {
+    Duration::from_secs((n as u64 * 6 / 10).max(60))
+}
+
+/// Runs one phase: start an operator and wait until `done`.
+async fn phase(
+    emu: &Emulator,
+    kubeconfig: &Path,
+    clusters: usize,
+    name: &'static str,
+    done: impl Fn(&Emulator, &Operator) -> bool,
+) -> (Row, Operator) {
+    emu.reset_counts();
+    let started = Instant::now();
+    let op = Operator::start(kubeconfig);
+    let deadline = started + timeout(clusters);
+    loop {
+        if done(emu, &op) || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let row = Row {
+        clusters,
+        phase: name,
+        converged: converged_count(emu),
+        seconds,
+        peak_rss_mib: op.peak_rss_mib(),
+        cpu_seconds: op.cpu_seconds(),
+        guest_seconds: op.metric("shardgate_guest_call_duration_seconds_sum"),
+        writes: emu.total_writes(),
+        write_detail: emu
+            .write_counts()
+            .iter()
+            .map(|((verb, resource), n)| format!("{verb} {resource}={n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        reconciles: op.metric("shardgate_reconcile_duration_seconds_count"),
+    };
+    (row, op)
+}
+
+async fn size(n: usize, dir: &Path) -> Vec<Row> {
+    let emu = emulator(n).await;
+    let kubeconfig: PathBuf = dir.join(format!("kubeconfig-{n}"));
+    emu.write_kubeconfig(&kubeconfig)
+        .expect("kubeconfig written");
+
+    let (first, op) = phase(&emu, &kubeconfig, n, "first start", |emu, _| {
+        converged_count(emu) == n
+    })
+    .await;
+    first.print();
+    println!("         writes: {}", first.write_detail);
+    op.stop();
+
+    let (restart, op) = phase(&emu, &kubeconfig, n, "restart", |_, op| {
+        op.metric("shardgate_reconcile_duration_seconds_count") >= n as f64
+    })
+    .await;
+    restart.print();
+    println!("         writes: {}", restart.write_detail);
+    op.stop();
+    emu.shutdown().await;
+    vec![first, restart]
+}
+
+fn header() {
+    println!(
+        "{:>8} {:<12} {:>11} {:>8} {:>9} {:>8} {:>7} {:>8} {:>10}",
+        "clusters",
+        "phase",
+        "converged",
+        "wall s",
+        "peak MiB",
+        "cpu s",
+        "guest",
+        "writes",
+        "reconciles"
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let dir = std::env::temp_dir().join(format!("shardgate-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let quick = quick();
+    println!(
+        "P4 scale: {SHARDS} shards x {} nodes per cluster, {} build, {} CPUs{}",
+        REPLICAS + 1,
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        if quick { ", quick mode" } else { "" }
+    );
+    header();
+    let mut rows = Vec::new();
+    for n in sizes() {
+        rows.extend(size(n, &dir).await);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    println!();
+    println!("summary (goal: first start <= 10 s and <= 150 MiB at 1,000 clusters)");
+    header();
+    for r in &rows {
+        r.print();
+    }
+    // Growth: each size against the smallest, same phase, same run.
+    if let Some(base) = rows.iter().find(|r| r.phase == "first start") {
+        for r in rows.iter().filter(|r| r.phase == "first start") {
+            println!(
+                "first start, {} clusters vs {}: {:.1}x clusters, {:.1}x wall, {:.1}x cpu, {:.1}x peak RSS",
+                r.clusters,
+                base.clusters,
+                r.clusters as f64 / base.clusters as f64,
+                r.seconds / base.seconds,
+                r.cpu_seconds / base.cpu_seconds,
+                r.peak_rss_mib / base.peak_rss_mib
+            );
+        }
+    }
+    if quick {
+        for r in &rows {
+            assert_eq!(
+                r.converged, r.clusters,
+                "{} {}: not all converged",
+                r.clusters, r.phase
+            );
+        }
+        let restart = rows.iter().find(|r| r.phase == "restart").unwrap();
+        assert_eq!(
+            restart.writes, 0,
+            "a restart on converged state wrote to the API"
+        );
+        assert!(restart.reconciles >= restart.clusters as f64);
+    }
+}
