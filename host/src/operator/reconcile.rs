@@ -276,7 +276,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
         announce_spreading = !nodes.announce_settled().await?;
         for (i, step) in desired.topology.steps.iter().enumerate() {
             match step {
-                Step::Restart(at) => restart(ctx, &namespace, &pods, *at).await?,
+                Step::Restart(at) => restart(ctx, &namespace, pods, *at).await?,
                 _ => nodes.run_step(i, step).await?,
             }
             steps_run += 1;
@@ -367,7 +367,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
         ctx,
         &desired,
         changed,
-        &input_pods_ready(&desired, &pods, &name),
+        &input_pods_ready(&desired, pods, &name),
         topology,
         announce_spreading,
     )
