@@ -177,16 +177,9 @@ async fn prove_data_path(sandbox: &Sandbox, ready: &Ready, tag: &str) -> usize {
 }
 
 async fn role(addr: SocketAddr) -> String {
-    let mut c = plain(addr).await;
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(&mut c)
+    replication_role(&mut plain(addr).await)
         .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.trim().strip_prefix("role:"))
-        .unwrap_or_default()
-        .to_string()
+        .unwrap_or_else(|| panic!("INFO replication at {addr}"))
 }
 
 fn pod_name(sandbox: &Sandbox, shard: u32, node: u32) -> String {
@@ -526,8 +519,18 @@ async fn image_change_rolls_one_node_at_a_time_replicas_first() {
         .patch_spec(json!({"image": "valkey/valkey:9.1.2-alt"}))
         .await
         .unwrap();
-    // Sample roles and PIDs until every pod has been replaced.
-    let mut last_role: BTreeMap<String, String> = BTreeMap::new();
+    // Watch each original process's role over its own connection, and the
+    // PIDs, until every pod has been replaced.
+    let roles = RoleWatch::start(
+        before
+            .keys()
+            .map(|pod| {
+                let (shard, node) = parse_pod(pod);
+                (pod.clone(), pod_addr(&sandbox, shard, node))
+            })
+            .collect(),
+    )
+    .await;
     let mut restarted: Vec<(String, String)> = Vec::new();
     let start = Instant::now();
     while restarted.len() < before.len() {
@@ -543,22 +546,13 @@ async fn image_change_rolls_one_node_at_a_time_replicas_first() {
             .count();
         assert!(down <= 1, "more than one node down at once: {now:?}");
         for (pod, pid) in &before {
-            let replaced = now.get(pod) != Some(pid);
-            if replaced && !restarted.iter().any(|(r, _)| r == pod) {
-                let role = last_role.get(pod).cloned().unwrap_or_default();
-                restarted.push((pod.clone(), role));
+            if now.get(pod) != Some(pid) && !restarted.iter().any(|(r, _)| r == pod) {
+                restarted.push((pod.clone(), roles.last(pod)));
             }
         }
-        for pod in before.keys() {
-            let (shard, node) = parse_pod(pod);
-            if let Some(ip) = sandbox.pod_ip(shard, node)
-                && now.get(pod) == before.get(pod)
-            {
-                last_role.insert(pod.clone(), role(SocketAddr::new(ip, 6379)).await);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    roles.stop();
     println!("rolling: restart order {restarted:?}");
     for (pod, role) in &restarted {
         assert_eq!(role, "slave", "{pod} was a {role} when it went down");
@@ -573,6 +567,64 @@ async fn image_change_rolls_one_node_at_a_time_replicas_first() {
     println!("rolling: {verified} keys read back after the roll");
     sandbox.shutdown().await;
     let _ = std::fs::remove_dir_all(work_dir_of_name("rolling"));
+}
+
+/// The role each pod's original process last reported. One connection per
+/// process, opened before anything restarts, asks `INFO replication` every
+/// 10 ms; a killed process takes its connection with it (a multiplexed
+/// connection never reconnects), so the role left behind is the one the
+/// process had when it went down, at most one poll stale. A fresh connection
+/// per sample would instead race the restart and could ask the new process.
+struct RoleWatch {
+    last: std::sync::Arc<std::sync::Mutex<BTreeMap<String, String>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RoleWatch {
+    async fn start(addrs: BTreeMap<String, SocketAddr>) -> Self {
+        let last = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let mut tasks = Vec::new();
+        for (pod, addr) in addrs {
+            let mut conn = plain(addr).await;
+            let first = replication_role(&mut conn)
+                .await
+                .expect("role before the roll");
+            last.lock().unwrap().insert(pod.clone(), first);
+            let last = last.clone();
+            tasks.push(tokio::spawn(async move {
+                while let Some(role) = replication_role(&mut conn).await {
+                    last.lock().unwrap().insert(pod.clone(), role);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }));
+        }
+        RoleWatch { last, tasks }
+    }
+
+    fn last(&self, pod: &str) -> String {
+        self.last
+            .lock()
+            .unwrap()
+            .get(pod)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn stop(self) {
+        self.tasks.iter().for_each(|t| t.abort());
+    }
+}
+
+/// `role:` from `INFO replication`, or `None` once the connection is gone.
+async fn replication_role(conn: &mut MultiplexedConnection) -> Option<String> {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(conn)
+        .await
+        .ok()?;
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("role:"))
+        .map(str::to_string)
 }
 
 /// (shard, node) from a pod name `valkey-<cluster>-<shard>-<node>-0`.
