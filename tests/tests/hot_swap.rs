@@ -629,14 +629,19 @@ async fn a_module_that_keeps_trapping_at_reconcile_time_is_rolled_back() {
     })
     .await;
     assert_eq!(metrics.module_rollbacks.get(), 1);
-    assert_eq!(
+    // The controller counts a failed reconcile in its error policy, after
+    // the reconcile (and so the rollback) returned: wait for the count.
+    let module_failures = || {
         metric_sum(
             &metrics,
-            "shardgate_reconcile_errors_total{reason=\"ModuleFailed\"}"
-        ),
-        3,
-        "rolled back after exactly 3 failures"
-    );
+            "shardgate_reconcile_errors_total{reason=\"ModuleFailed\"}",
+        )
+    };
+    wait_for("the third failure counted", Duration::from_secs(10), || {
+        module_failures() >= 3
+    })
+    .await;
+    assert_eq!(module_failures(), 3, "rolled back after exactly 3 failures");
     assert_eq!(
         module_info(&metrics),
         [info_line(&good_digest, &ModuleSource::Embedded.label())]
@@ -660,13 +665,7 @@ async fn a_module_that_keeps_trapping_at_reconcile_time_is_rolled_back() {
         ev["note"].as_str().unwrap().contains("rolled back to"),
         "{ev:#}"
     );
-    assert_eq!(
-        metric_sum(
-            &metrics,
-            "shardgate_reconcile_errors_total{reason=\"ModuleFailed\"}"
-        ),
-        3
-    );
+    assert_eq!(module_failures(), 3);
     op.stop().await;
 }
 
