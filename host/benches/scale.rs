@@ -14,7 +14,8 @@
 //!
 //! Reported per phase: wall time, peak RSS (`VmHWM`), CPU time, the guest's
 //! share of that CPU (the operator's own `guest_call_duration_seconds`,
-//! timed on the blocking thread), API writes and reconciles.
+//! timed on the blocking thread), the API emulator's CPU (this process), API
+//! writes and reconciles.
 //!
 //! Each cluster lives in its own namespace, and the NodePort range is
 //! widened to 20000-59999 (as `--service-node-port-range` would): 1,000
@@ -144,6 +145,11 @@ impl Operator {
         std::fs::read_to_string(format!("/proc/{}/{file}", self.child.id())).unwrap_or_default()
     }
 
+    /// User + system CPU seconds so far.
+    fn cpu_seconds(&self) -> f64 {
+        cpu_seconds_of(&self.proc("stat"))
+    }
+
     /// Peak resident set size, MiB.
     fn peak_rss_mib(&self) -> f64 {
         let status = self.proc("status");
@@ -153,22 +159,6 @@ impl Operator {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or(0.0);
         kib / 1024.0
-    }
-
-    /// User + system CPU seconds so far.
-    fn cpu_seconds(&self) -> f64 {
-        let stat = self.proc("stat");
-        // Fields after the parenthesised command name; utime and stime are
-        // the 14th and 15th fields overall.
-        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        (ticks(11) + ticks(12)) / clock_ticks()
     }
 
     /// One metric's value from `/metrics` (0 when absent or unreachable).
@@ -202,6 +192,26 @@ impl Operator {
     }
 }
 
+/// User + system CPU seconds from a `/proc/PID/stat` line.
+fn cpu_seconds_of(stat: &str) -> f64 {
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields overall.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+/// CPU seconds of this process: the emulator (and the bench's polling).
+fn own_cpu_seconds() -> f64 {
+    cpu_seconds_of(&std::fs::read_to_string("/proc/self/stat").unwrap_or_default())
+}
+
 fn clock_ticks() -> f64 {
     Command::new("getconf")
         .arg("CLK_TCK")
@@ -219,6 +229,8 @@ struct Row {
     seconds: f64,
     peak_rss_mib: f64,
     cpu_seconds: f64,
+    /// This process's CPU over the phase: the API emulator.
+    api_cpu_seconds: f64,
     guest_seconds: f64,
     writes: u64,
     /// `verb resource=count, ...`
@@ -234,7 +246,7 @@ impl Row {
             0.0
         };
         println!(
-            "{:>8} {:<12} {:>5}/{:<5} {:>8.2} {:>9.1} {:>8.2} {:>6.1}% {:>8} {:>10}",
+            "{:>8} {:<12} {:>5}/{:<5} {:>8.2} {:>9.1} {:>8.2} {:>6.1}% {:>8.2} {:>8} {:>10}",
             self.clusters,
             self.phase,
             self.converged,
@@ -243,6 +255,7 @@ impl Row {
             self.peak_rss_mib,
             self.cpu_seconds,
             share,
+            self.api_cpu_seconds,
             self.writes,
             self.reconciles,
         );
@@ -263,13 +276,15 @@ async fn phase(
 ) -> (Row, Operator) {
     emu.reset_counts();
     let started = Instant::now();
+    let api_cpu_before = own_cpu_seconds();
     let op = Operator::start(kubeconfig);
     let deadline = started + timeout(clusters);
     loop {
         if done(emu, &op) || Instant::now() > deadline {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Polling lists every ValkeyCluster: less often at scale.
+        tokio::time::sleep(Duration::from_millis(100 + clusters as u64 / 4)).await;
     }
     let seconds = started.elapsed().as_secs_f64();
     let row = Row {
@@ -279,6 +294,7 @@ async fn phase(
         seconds,
         peak_rss_mib: op.peak_rss_mib(),
         cpu_seconds: op.cpu_seconds(),
+        api_cpu_seconds: own_cpu_seconds() - api_cpu_before,
         guest_seconds: op.metric("shardgate_guest_call_duration_seconds_sum"),
         writes: emu.total_writes(),
         write_detail: emu
@@ -319,7 +335,7 @@ async fn size(n: usize, dir: &Path) -> Vec<Row> {
 
 fn header() {
     println!(
-        "{:>8} {:<12} {:>11} {:>8} {:>9} {:>8} {:>7} {:>8} {:>10}",
+        "{:>8} {:<12} {:>11} {:>8} {:>9} {:>8} {:>7} {:>8} {:>8} {:>10}",
         "clusters",
         "phase",
         "converged",
@@ -327,6 +343,7 @@ fn header() {
         "peak MiB",
         "cpu s",
         "guest",
+        "api cpu",
         "writes",
         "reconciles"
     );

@@ -1,7 +1,8 @@
 //! ClusterIP allocation from the service CIDR 10.96.0.0/12.
 
-use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+
+use crate::holdings::Holdings;
 
 const BASE: u32 = u32::from_be_bytes([10, 96, 0, 0]);
 const SIZE: u32 = 1 << 20;
@@ -15,7 +16,7 @@ pub(crate) fn in_range(ip: Ipv4Addr) -> bool {
 /// `kubernetes` Service of a real cluster).
 #[derive(Debug, Default)]
 pub(crate) struct ClusterIps {
-    used: BTreeMap<Ipv4Addr, String>,
+    used: Holdings<Ipv4Addr>,
 }
 
 impl ClusterIps {
@@ -23,14 +24,11 @@ impl ClusterIps {
         if u32::from(ip) == BASE + 1 {
             return Some("default/kubernetes");
         }
-        self.used.get(&ip).map(String::as_str)
+        self.used.owner(ip)
     }
 
     pub fn sync(&mut self, owner: &str, ip: Option<Ipv4Addr>) {
-        self.used.retain(|_, o| o != owner);
-        if let Some(ip) = ip {
-            self.used.insert(ip, owner.to_string());
-        }
+        self.used.sync(owner, ip.as_slice());
     }
 
     pub fn pick(&self) -> Ipv4Addr {

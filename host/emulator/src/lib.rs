@@ -28,6 +28,7 @@ mod errors;
 mod faults;
 mod fieldset;
 mod gc;
+mod holdings;
 mod managed_fields;
 mod nodeports;
 mod ops;

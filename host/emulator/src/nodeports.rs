@@ -1,8 +1,10 @@
 //! NodePort allocation, owned by Service. The range is the API server's
 //! `--service-node-port-range` (default 30000-32767).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ops::RangeInclusive;
+
+use crate::holdings::Holdings;
 
 pub(crate) const NODE_PORT_RANGE: RangeInclusive<i64> = 30000..=32767;
 
@@ -10,7 +12,7 @@ pub(crate) const NODE_PORT_RANGE: RangeInclusive<i64> = 30000..=32767;
 #[derive(Debug)]
 pub(crate) struct NodePorts {
     range: RangeInclusive<i64>,
-    used: BTreeMap<i64, String>,
+    used: Holdings<i64>,
 }
 
 impl Default for NodePorts {
@@ -23,7 +25,7 @@ impl NodePorts {
     pub fn new(range: RangeInclusive<i64>) -> Self {
         Self {
             range,
-            used: BTreeMap::new(),
+            used: Holdings::default(),
         }
     }
 
@@ -32,15 +34,12 @@ impl NodePorts {
     }
 
     pub fn owner(&self, port: i64) -> Option<&str> {
-        self.used.get(&port).map(String::as_str)
+        self.used.owner(port)
     }
 
     /// Makes `ports` exactly the set held by `owner`.
     pub fn sync(&mut self, owner: &str, ports: &[i64]) {
-        self.used.retain(|_, o| o != owner);
-        for p in ports {
-            self.used.insert(*p, owner.to_string());
-        }
+        self.used.sync(owner, ports);
     }
 
     /// A random free port that is neither allocated nor in `taken`.

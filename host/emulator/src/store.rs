@@ -87,10 +87,17 @@ impl Store {
 
     /// Objects of one resource, optionally in one namespace, ordered by
     /// namespace then name.
+    /// Costs the objects returned, not the whole store: keys sort by
+    /// resource, then namespace, so the wanted ones are one range.
     pub fn list(&self, res_key: &str, ns: Option<&str>) -> Vec<&Value> {
+        let start = (
+            res_key.to_string(),
+            ns.unwrap_or_default().to_string(),
+            String::new(),
+        );
         self.objects
-            .iter()
-            .filter(|((r, n, _), _)| r == res_key && ns.is_none_or(|ns| ns == n))
+            .range(start..)
+            .take_while(|((r, n, _), _)| r == res_key && ns.is_none_or(|ns| ns == n))
             .map(|(_, v)| v)
             .collect()
     }
@@ -155,6 +162,8 @@ impl Store {
         if rv < self.compacted {
             return None;
         }
-        Some(self.history.iter().filter(|e| e.rv > rv).cloned().collect())
+        // History is in resourceVersion order.
+        let first = self.history.partition_point(|e| e.rv <= rv);
+        Some(self.history.range(first..).cloned().collect())
     }
 }
