@@ -25,7 +25,10 @@
 //! Modes: `cargo bench -p shardgate --bench scale` (full: 10, 100, 1,000);
 //! quick (`cargo test --benches`, `SHARDGATE_BENCH_QUICK=1` or `-- --quick`):
 //! 10 clusters, asserting only that both phases converge and that the
-//! restart writes nothing. `SHARDGATE_BENCH_CLUSTERS=10,100` picks sizes.
+//! restart writes nothing. `SHARDGATE_BENCH_CLUSTERS=10,100` picks sizes,
+//! `SHARDGATE_BENCH_TIMEOUT_S` the time a phase may take, and
+//! `SHARDGATE_BENCH_WRAPPER` a command to run the operator under (a
+//! profiler: `valgrind --tool=callgrind`).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -127,7 +130,13 @@ impl Operator {
             .expect("a free port")
             .port();
         let metrics = format!("127.0.0.1:{port}");
-        let child = Command::new(env!("CARGO_BIN_EXE_shardgate"))
+        // A profiler may wrap the operator, e.g.
+        // SHARDGATE_BENCH_WRAPPER="valgrind --tool=callgrind".
+        let wrapper = std::env::var("SHARDGATE_BENCH_WRAPPER").unwrap_or_default();
+        let mut argv: Vec<&str> = wrapper.split_whitespace().collect();
+        argv.push(env!("CARGO_BIN_EXE_shardgate"));
+        let child = Command::new(argv[0])
+            .args(&argv[1..])
             .args(["run", "--no-leader-election", "--no-manage-valkey"])
             .arg("--kubeconfig")
             .arg(kubeconfig)
@@ -262,8 +271,14 @@ impl Row {
     }
 }
 
+/// How long a phase may take: `SHARDGATE_BENCH_TIMEOUT_S`, or 60 s and
+/// 0.6 s per cluster beyond 100.
 fn timeout(n: usize) -> Duration {
-    Duration::from_secs((n as u64 * 6 / 10).max(60))
+    let secs = std::env::var("SHARDGATE_BENCH_TIMEOUT_S")
+        .ok()
+        .map(|s| s.parse().expect("SHARDGATE_BENCH_TIMEOUT_S: seconds"))
+        .unwrap_or((n as u64 * 6 / 10).max(60));
+    Duration::from_secs(secs)
 }
 
 /// Runs one phase: start an operator and wait until `done`.
