@@ -618,7 +618,7 @@ impl State {
             self.counts.record(verb, &t.counted(), true);
         }
         let stored = self.store.put(t.key(), new);
-        self.after_change(&res, &t.key(), Some(&stored));
+        self.after_change(&res, &t.key(), Change::Stored(&stored));
         if stored["metadata"].get("deletionTimestamp").is_some()
             && stored["metadata"]["finalizers"]
                 .as_array()
@@ -729,11 +729,15 @@ impl State {
             let uid = uid.to_string();
             crate::gc::collect(self, &uid, propagation == Some("Orphan"));
         }
-        self.after_change(&t.res, &key, None);
+        self.after_change(&t.res, &key, Change::Removed(&removed));
     }
 
     /// Keeps allocators in sync and runs the emulated controllers.
-    fn after_change(&mut self, res: &Res, key: &ObjKey, obj: Option<&Value>) {
+    fn after_change(&mut self, res: &Res, key: &ObjKey, change: Change) {
+        let obj = match change {
+            Change::Stored(o) => Some(o),
+            Change::Removed(_) => None,
+        };
         if res.group.is_empty() && res.plural == "services" {
             let owner = format!("{}/{}", key.1, key.2);
             let ports: Vec<i64> = obj
@@ -750,10 +754,20 @@ impl State {
             || (res.group.is_empty() && res.plural == "pods");
         if self.statefulset_controller && sts_related && !self.in_controller {
             self.in_controller = true;
-            crate::statefulset::reconcile_namespace(self, &key.1);
+            let object = match change {
+                Change::Stored(o) | Change::Removed(o) => o,
+            };
+            crate::statefulset::reconcile_touched(self, &key.1, object);
             self.in_controller = false;
         }
     }
+}
+
+/// An object as committed, or as it was when removed.
+#[derive(Clone, Copy)]
+enum Change<'a> {
+    Stored(&'a Value),
+    Removed(&'a Value),
 }
 
 /// Strategic merge patch, approximated: maps merge (null deletes), the

@@ -25,18 +25,30 @@ fn is_ready(pod: &Value) -> bool {
     })
 }
 
-/// Reconciles every StatefulSet in `ns`.
-pub(crate) fn reconcile_namespace(state: &mut State, ns: &str) {
+/// Reconciles the StatefulSet a change in `ns` touched: the StatefulSet
+/// itself, or the one that controls a Pod (by its controller
+/// `ownerReference`). Other StatefulSets are left alone, so a write costs
+/// one StatefulSet's work, however many share the namespace. Orphan Pods are
+/// not adopted.
+pub(crate) fn reconcile_touched(state: &mut State, ns: &str, object: &Value) {
     let Some(sts_res) = state.registry.find("apps", "v1", "statefulsets") else {
         return;
     };
-    let all: Vec<Value> = state
-        .store
-        .list(&sts_res.key(), Some(ns))
-        .into_iter()
-        .cloned()
-        .collect();
-    for sts in all {
+    let name = match object["kind"].as_str() {
+        Some("StatefulSet") => object["metadata"]["name"].as_str(),
+        _ => object["metadata"]["ownerReferences"]
+            .as_array()
+            .and_then(|refs| {
+                refs.iter()
+                    .find(|r| r["controller"] == true && r["kind"] == "StatefulSet")
+            })
+            .and_then(|r| r["name"].as_str()),
+    };
+    let Some(name) = name else {
+        return;
+    };
+    let key = (sts_res.key(), ns.to_string(), name.to_string());
+    if let Some(sts) = state.store.get(&key).cloned() {
         reconcile(state, &sts);
     }
 }
