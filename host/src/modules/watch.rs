@@ -18,7 +18,8 @@ use tracing::{debug, info, warn};
 use super::{Checker, ModuleManager, ModuleSource, Rejection, sha256_hex};
 
 /// After a change, wait this long without further changes before reading
-/// (a file written in place fires several events).
+/// (a file written in place fires several events), unless an event says the
+/// file is complete: renamed into place, or closed after writing.
 pub const SETTLE: Duration = Duration::from_millis(25);
 /// Files are also re-read this often, in case an event was missed.
 pub const FILE_RECHECK: Duration = Duration::from_secs(10);
@@ -101,8 +102,26 @@ async fn watch_file(
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    // Each event says whether it completes the watched file.
+    let (tx, mut rx) = mpsc::unbounded_channel::<bool>();
+    let file_name = path.file_name().map(|n| n.to_os_string());
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        let completes = match &res {
+            Ok(ev) => {
+                matches!(
+                    ev.kind,
+                    EventKind::Access(notify::event::AccessKind::Close(
+                        notify::event::AccessMode::Write
+                    )) | EventKind::Modify(notify::event::ModifyKind::Name(
+                        notify::event::RenameMode::To | notify::event::RenameMode::Both
+                    ))
+                ) && ev
+                    .paths
+                    .last()
+                    .is_some_and(|p| p.file_name() == file_name.as_deref())
+            }
+            Err(_) => false,
+        };
         let relevant = match &res {
             Ok(ev) => !matches!(
                 ev.kind,
@@ -115,7 +134,7 @@ async fn watch_file(
             Err(_) => true,
         };
         if relevant {
-            let _ = tx.send(());
+            let _ = tx.send(completes);
         }
     })?;
     watcher.watch(&dir, RecursiveMode::NonRecursive)?;
@@ -127,11 +146,16 @@ async fn watch_file(
     loop {
         tokio::select! {
             ev = rx.recv() => {
-                if ev.is_none() {
+                let Some(mut complete) = ev else {
                     return Ok(());
+                };
+                // Let the writer finish, unless it said it has.
+                while !complete {
+                    match tokio::time::timeout(SETTLE, rx.recv()).await {
+                        Ok(Some(c)) => complete = c,
+                        _ => break,
+                    }
                 }
-                // Let the writer finish.
-                while let Ok(Some(())) = tokio::time::timeout(SETTLE, rx.recv()).await {}
             }
             _ = recheck.tick() => {}
         }
