@@ -194,6 +194,13 @@ struct RunArgs {
     /// compiling. Off by default.
     #[arg(long, value_name = "DIR")]
     module_cache: Option<PathBuf>,
+    /// Serve each new module version (--module, --module-configmap) from
+    /// quickly compiled baseline code (Winch) as soon as it passes the
+    /// checks, and switch to the optimised code (Cranelift) when that is
+    /// compiled and checked too. With false, a swap waits for the optimised
+    /// compile.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    module_baseline: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -363,6 +370,12 @@ fn run_operator(args: RunArgs) -> anyhow::Result<ExitCode> {
         let mut checker = Checker::new(wasm.clone());
         if let Some(dir) = &args.module_cache {
             checker = checker.with_cache(shardgate::runtime::cache::Cache::open(dir)?);
+        }
+        if args.module_baseline && source != ModuleSource::Embedded {
+            checker = checker.with_baseline(std::sync::Arc::new(Runtime::with_tier(
+                Limits::default(),
+                shardgate::runtime::Tier::Baseline,
+            )?));
         }
         // A file must pass the checks to start; a ConfigMap is read once the
         // client is up, and the embedded module serves until then.

@@ -4,13 +4,17 @@
 
 use shardgate_guest::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 
-use crate::runtime::{CallError, Module};
+use crate::runtime::{CallError, Module, Tier};
 
 pub trait Reconciler: Send + Sync {
     /// The outer error means the call itself failed (trap, deadline, cap);
     /// the inner one is the guest's verdict on invalid input.
     fn reconcile(&self, input: &Input) -> Result<Result<Desired, GuestError>, CallError>;
     fn validate(&self, cluster: &Cluster) -> Result<Vec<Violation>, CallError>;
+    /// The compiler tier of a wasm module's code; `None` for other kinds.
+    fn tier(&self) -> Option<Tier> {
+        None
+    }
 }
 
 /// The guest crate called directly, with no sandbox.
@@ -34,5 +38,9 @@ impl Reconciler for Module {
 
     fn validate(&self, cluster: &Cluster) -> Result<Vec<Violation>, CallError> {
         Module::validate(self, cluster)
+    }
+
+    fn tier(&self) -> Option<Tier> {
+        Some(Module::tier(self))
     }
 }

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use shardgate::modules::{self, Checker, Golden, ModuleManager, ModuleSource, Serving, sha256_hex};
 use shardgate::operator::{self, Metrics, Options};
 use shardgate::reconciler::Reconciler;
-use shardgate::runtime::{CallError, EMBEDDED_GUEST, Limits, Runtime};
+use shardgate::runtime::{CallError, EMBEDDED_GUEST, Limits, Runtime, Tier};
 use shardgate_guest::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 use tokio::sync::{broadcast, oneshot};
 
@@ -525,6 +525,7 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
 
     // Trap, deadline and memory cap during the self-check: the misbehave
     // module misbehaves on golden inputs bearing those names.
+    let baseline = Arc::new(Runtime::with_tier(Limits::default(), Tier::Baseline).unwrap());
     for (name, reason) in [
         (
             "trap",
@@ -539,8 +540,11 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
             "self-check on golden input \"alloc\": reconcile module exceeded its memory cap",
         ),
     ] {
+        // Baseline code first, as `shardgate run` does: its failure hands
+        // the verdict to the optimising check.
         let checker = Checker {
             runtime: RUNTIME.clone(),
+            baseline: Some(baseline.clone()),
             golden: Arc::new(Golden::renamed(name)),
             cache: None,
         };

@@ -38,7 +38,7 @@ pub use golden::Golden;
 
 use crate::operator::Metrics;
 use crate::reconciler::Reconciler;
-use crate::runtime::{CallError, EMBEDDED_GUEST, Runtime};
+use crate::runtime::{CallError, EMBEDDED_GUEST, Runtime, Tier};
 
 /// The default for `--module-rollback-after`.
 pub const DEFAULT_ROLLBACK_AFTER: u32 = 3;
@@ -126,7 +126,13 @@ impl Serving {
 /// inputs they run on.
 #[derive(Clone)]
 pub struct Checker {
+    /// The optimising runtime: the code that serves in the end.
     pub runtime: Arc<Runtime>,
+    /// A baseline runtime ([`Tier::Baseline`]). With one, a candidate whose
+    /// optimised code is not in the cache is compiled by it first and, once
+    /// checked, serves at once; the optimised code replaces it when it is
+    /// compiled and checked too ([`ModuleManager::offer`]).
+    pub baseline: Option<Arc<Runtime>>,
     pub golden: Arc<Golden>,
     /// Precompiled modules, when a cache directory is configured.
     pub cache: Option<crate::runtime::cache::Cache>,
@@ -136,9 +142,28 @@ impl Checker {
     pub fn new(runtime: Arc<Runtime>) -> Self {
         Checker {
             runtime,
+            baseline: None,
             golden: Arc::new(Golden::builtin()),
             cache: None,
         }
+    }
+
+    /// Serves new modules from baseline code while the optimised code
+    /// compiles.
+    pub fn with_baseline(mut self, baseline: Arc<Runtime>) -> Self {
+        self.baseline = Some(baseline);
+        self
+    }
+
+    /// Whether a candidate with this digest should be compiled by the
+    /// baseline runtime first: there is one, and no precompiled optimised
+    /// code is cached.
+    fn baseline_first(&self, digest: &str) -> bool {
+        self.baseline.is_some()
+            && self
+                .cache
+                .as_ref()
+                .is_none_or(|c| !c.contains(&self.runtime, digest))
     }
 
     /// Loads candidates through a precompiled-module cache.
@@ -147,19 +172,34 @@ impl Checker {
         self
     }
 
-    /// Checks on a blocking thread.
+    /// Checks on a blocking thread with the optimising runtime.
     pub async fn check(
         &self,
         bytes: Vec<u8>,
         sha256: Option<String>,
     ) -> Result<Accepted, Rejection> {
-        let this = self.clone();
+        self.check_on(Tier::Optimized, bytes.into(), sha256).await
+    }
+
+    /// Checks on a blocking thread with the runtime of `tier` (the cache
+    /// holds optimised code only). `Baseline` needs a baseline runtime.
+    async fn check_on(
+        &self,
+        tier: Tier,
+        bytes: Arc<[u8]>,
+        sha256: Option<String>,
+    ) -> Result<Accepted, Rejection> {
+        let (runtime, cache) = match (tier, &self.baseline) {
+            (Tier::Baseline, Some(baseline)) => (baseline.clone(), None),
+            _ => (self.runtime.clone(), self.cache.clone()),
+        };
+        let golden = self.golden.clone();
         tokio::task::spawn_blocking(move || {
             Candidate {
                 bytes: &bytes,
                 sha256: sha256.as_deref(),
             }
-            .check(&this.runtime, &this.golden, this.cache.as_ref())
+            .check(&runtime, &golden, cache.as_ref())
         })
         .await
         .unwrap_or_else(|e| Err(Rejection::Load(format!("the check itself failed: {e}"))))
@@ -295,26 +335,40 @@ impl ModuleManager {
             self.reject(&label, &r);
             return Err(r);
         }
-        match checker
-            .check(bytes, source.sha256().map(String::from))
-            .await
-        {
-            Ok(accepted) => {
-                let digest = accepted.digest.clone();
-                info!(
+        let pin = source.sha256().map(String::from);
+        let bytes: Arc<[u8]> = bytes.into();
+        if checker.baseline_first(&digest) {
+            match checker
+                .check_on(Tier::Baseline, bytes.clone(), pin.clone())
+                .await
+            {
+                Ok(accepted) => {
+                    self.accept(&label, accepted, Tier::Baseline);
+                    // Then the optimised code, which replaces it.
+                    match checker.check_on(Tier::Optimized, bytes, pin).await {
+                        Ok(optimized) => self.tier_up(optimized),
+                        Err(r) => warn!(
+                            source = %label,
+                            %digest,
+                            error = %r,
+                            "the optimised compile of an accepted module failed; its baseline code keeps serving"
+                        ),
+                    }
+                    return Ok(digest);
+                }
+                // The optimising check below gives the verdict (and compiles
+                // what the baseline compiler cannot).
+                Err(r) => info!(
                     source = %label,
                     %digest,
-                    compile_ms = accepted.timings.compile.as_secs_f64() * 1e3,
-                    self_check_ms = accepted.timings.self_check.as_secs_f64() * 1e3,
-                    "reconcile module accepted"
-                );
-                self.state.lock().unwrap().last_check = Some(accepted.timings);
-                self.install(Serving {
-                    module: accepted.module,
-                    digest: digest.clone(),
-                    source: label,
-                });
-                self.metrics.module_swap("accepted");
+                    error = %r,
+                    "baseline check failed; checking with the optimising compiler"
+                ),
+            }
+        }
+        match checker.check_on(Tier::Optimized, bytes, pin).await {
+            Ok(accepted) => {
+                self.accept(&label, accepted, Tier::Optimized);
                 Ok(digest)
             }
             Err(r) => {
@@ -322,6 +376,43 @@ impl ModuleManager {
                 Err(r)
             }
         }
+    }
+
+    /// Swaps in a checked candidate.
+    fn accept(&self, label: &str, accepted: Accepted, tier: Tier) {
+        info!(
+            source = %label,
+            digest = %accepted.digest,
+            ?tier,
+            compile_ms = accepted.timings.compile.as_secs_f64() * 1e3,
+            self_check_ms = accepted.timings.self_check.as_secs_f64() * 1e3,
+            "reconcile module accepted"
+        );
+        self.state.lock().unwrap().last_check = Some(accepted.timings);
+        self.install(Serving {
+            module: accepted.module,
+            digest: accepted.digest,
+            source: label.to_string(),
+        });
+        self.metrics.module_swap("accepted");
+    }
+
+    /// Replaces the serving module's code with `optimized`, the same module
+    /// compiled by the optimising compiler, if that module still serves.
+    /// Same digest, same answers: nothing is re-reconciled, and the previous
+    /// module and the failure count stay.
+    fn tier_up(&self, optimized: Accepted) {
+        let mut st = self.state.lock().unwrap();
+        if st.current.digest != optimized.digest {
+            return;
+        }
+        st.current.module = optimized.module.clone();
+        *self.serving.write().unwrap() = optimized.module;
+        info!(
+            digest = %optimized.digest,
+            compile_ms = optimized.timings.compile.as_secs_f64() * 1e3,
+            "reconcile module now runs optimised code"
+        );
     }
 
     /// Swaps `serving` in without any check (the checked path is

@@ -265,3 +265,90 @@ async fn a_rolled_back_digest_is_not_taken_again() {
         "{text}"
     );
 }
+
+/// Offers `bytes` from a file source while recording the tier of every
+/// module seen serving; returns the tiers seen, in order, without repeats.
+async fn offer_watching_tiers(
+    manager: &Arc<ModuleManager>,
+    checker: &Checker,
+    bytes: &[u8],
+) -> Vec<Option<Tier>> {
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn({
+        let (manager, done) = (manager.clone(), done.clone());
+        async move {
+            let mut seen: Vec<Option<Tier>> = Vec::new();
+            loop {
+                let tier = manager.serving().module.tier();
+                if seen.last() != Some(&tier) {
+                    seen.push(tier);
+                }
+                if done.load(Ordering::Relaxed) {
+                    return seen;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        }
+    });
+    let source = ModuleSource::File {
+        path: "/modules/reconcile.wasm".into(),
+        sha256: None,
+    };
+    let digest = manager
+        .offer(checker, bytes.to_vec(), &source)
+        .await
+        .unwrap();
+    assert_eq!(digest, sha256_hex(bytes));
+    done.store(true, Ordering::Relaxed);
+    watcher.await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_module_serves_from_baseline_code_until_its_optimised_code_is_ready() {
+    let metrics = Arc::new(Metrics::default());
+    let manager = Arc::new(ModuleManager::new(
+        serving(Arc::new(Native), "native"),
+        metrics.clone(),
+    ));
+    let mut swaps = manager.subscribe();
+    let dir = std::env::temp_dir().join(format!("shardgate-tiers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let optimizing = Arc::new(Runtime::new(Limits::default()).unwrap());
+    let baseline = Arc::new(Runtime::with_tier(Limits::default(), Tier::Baseline).unwrap());
+    let checker = Checker::new(optimizing)
+        .with_baseline(baseline)
+        .with_cache(crate::runtime::cache::Cache::open(&dir).unwrap());
+
+    let seen = offer_watching_tiers(&manager, &checker, EMBEDDED_GUEST).await;
+    assert_eq!(
+        seen,
+        [None, Some(Tier::Baseline), Some(Tier::Optimized)],
+        "native, then baseline code, then optimised code"
+    );
+    // The tier-up is not a swap: the previous module is the one before,
+    // one swap was counted and one re-reconcile asked for.
+    assert_eq!(manager.previous().unwrap().digest, "native");
+    assert_eq!(manager.serving().digest, sha256_hex(EMBEDDED_GUEST));
+    assert!(
+        metrics
+            .encode()
+            .contains("shardgate_module_swaps_total{result=\"accepted\"} 1"),
+        "{}",
+        metrics.encode()
+    );
+    assert!(swaps.try_recv().is_ok());
+    assert!(
+        swaps.try_recv().is_err(),
+        "the tier-up re-reconciles nothing"
+    );
+
+    // The optimised code is now cached: the same module offered to a fresh
+    // manager is loaded precompiled and never runs baseline code.
+    let manager = Arc::new(ModuleManager::new(
+        serving(Arc::new(Native), "native"),
+        Arc::new(Metrics::default()),
+    ));
+    let seen = offer_watching_tiers(&manager, &checker, EMBEDDED_GUEST).await;
+    assert_eq!(seen, [None, Some(Tier::Optimized)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

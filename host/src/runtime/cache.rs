@@ -74,6 +74,12 @@ impl Cache {
         Ok(Cache { dir })
     }
 
+    /// Whether an entry for this module and engine exists (it is verified
+    /// only when loaded).
+    pub fn contains(&self, runtime: &Runtime, wasm_sha256: &str) -> bool {
+        self.entry(runtime, wasm_sha256).is_file()
+    }
+
     fn entry(&self, runtime: &Runtime, wasm_sha256: &str) -> PathBuf {
         let mut h = DefaultHasher::new();
         runtime.engine.precompile_compatibility_hash().hash(&mut h);

@@ -19,7 +19,9 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use shardgate_guest::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Strategy, Trap,
+};
 
 pub use sandbox::Limits;
 use sandbox::State;
@@ -47,9 +49,23 @@ pub enum CallError {
     Host(anyhow::Error),
 }
 
+/// Which compiler turns a module's wasm into machine code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tier {
+    /// Cranelift: the optimising compiler, whose code every reconcile
+    /// should run.
+    #[default]
+    Optimized,
+    /// Winch: a single-pass baseline compiler, many times quicker to compile
+    /// but with slower code; it serves a new module while the optimised
+    /// compile runs.
+    Baseline,
+}
+
 /// The engine and its epoch ticker.
 pub struct Runtime {
     engine: Engine,
+    tier: Tier,
     limits: Limits,
     stop: Arc<AtomicBool>,
     ticker: Option<JoinHandle<()>>,
@@ -59,7 +75,12 @@ impl Runtime {
     /// Most instances alive at once (one per in-flight call).
     pub const MAX_INSTANCES: u32 = 64;
 
+    /// An optimising runtime.
     pub fn new(limits: Limits) -> anyhow::Result<Self> {
+        Self::with_tier(limits, Tier::Optimized)
+    }
+
+    pub fn with_tier(limits: Limits, tier: Tier) -> anyhow::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(Self::MAX_INSTANCES)
             .total_core_instances(Self::MAX_INSTANCES * 4)
@@ -71,6 +92,9 @@ impl Runtime {
             .epoch_interruption(true)
             .wasm_component_model(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        if tier == Tier::Baseline {
+            config.strategy(Strategy::Winch);
+        }
         let engine = Engine::new(&config).map_err(|e| anyhow!("{e:#}"))?;
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -89,6 +113,7 @@ impl Runtime {
         };
         Ok(Runtime {
             engine,
+            tier,
             limits,
             stop,
             ticker: Some(ticker),
@@ -97,6 +122,10 @@ impl Runtime {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    pub fn tier(&self) -> Tier {
+        self.tier
     }
 
     pub fn limits(&self) -> Limits {
@@ -134,6 +163,7 @@ impl Runtime {
         };
         let module = Module {
             engine: self.engine.clone(),
+            tier: self.tier,
             limits: self.limits,
             reconcile: func("reconcile")?,
             validate: func("validate")?,
@@ -158,6 +188,7 @@ impl Drop for Runtime {
 #[derive(Clone)]
 pub struct Module {
     engine: Engine,
+    tier: Tier,
     limits: Limits,
     pre: InstancePre<State>,
     reconcile: ComponentExportIndex,
@@ -167,6 +198,11 @@ pub struct Module {
 type ReconcileResult = Result<Desired, GuestError>;
 
 impl Module {
+    /// Which compiler made this module's code.
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
     /// Calls `reconcile`. The outer error is the sandbox's (trap, deadline,
     /// cap); the inner one is the guest's verdict on the input.
     pub fn reconcile(&self, input: &Input) -> Result<ReconcileResult, CallError> {
@@ -236,6 +272,28 @@ impl Module {
             Some(Trap::Interrupt) => CallError::Deadline(self.limits.deadline),
             Some(trap) => CallError::Trap(format!("{trap}: {e:#}")),
             None => CallError::Host(anyhow!("{e:#}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::modules::{Golden, candidate::self_check};
+
+    /// Both tiers compile the embedded guest, and the baseline's code passes
+    /// the same golden self-check as the optimised code.
+    #[test]
+    fn both_tiers_run_the_embedded_guest() {
+        for tier in [Tier::Optimized, Tier::Baseline] {
+            let runtime = Runtime::with_tier(Limits::default(), tier).unwrap();
+            let started = Instant::now();
+            let module = runtime.load_embedded().unwrap();
+            let compiled = started.elapsed();
+            self_check(&module, &Golden::builtin()).unwrap();
+            println!("{tier:?}: compiled in {compiled:?}");
         }
     }
 }
