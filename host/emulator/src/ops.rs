@@ -148,19 +148,54 @@ impl State {
     }
 
     pub fn list_objs(&self, res: &Res, ns: Option<&str>, sel: &Selectors) -> Value {
-        let items: Vec<Value> = self
+        self.list_page(res, ns, sel, &Page::default())
+            .expect("an unpaged list cannot fail")
+    }
+
+    /// One page of a list, in (namespace, name) order: `limit` items after
+    /// the `continue` token's object, and a token for the rest if any.
+    pub fn list_page(
+        &self,
+        res: &Res,
+        ns: Option<&str>,
+        sel: &Selectors,
+        page: &Page,
+    ) -> ApiResult<Value> {
+        let after = page
+            .continue_token
+            .as_deref()
+            .map(decode_continue)
+            .transpose()?;
+        let mut matching = self
             .store
             .list(&res.key(), ns)
             .into_iter()
-            .filter(|o| sel.matches(o))
-            .cloned()
-            .collect();
-        json!({
+            .filter(|o| {
+                after.as_ref().is_none_or(|(a_ns, a_name)| {
+                    (
+                        meta_str(o, "namespace").unwrap_or_default(),
+                        meta_str(o, "name").unwrap_or_default(),
+                    ) > (a_ns.as_str(), a_name.as_str())
+                })
+            })
+            .filter(|o| sel.matches(o));
+        let limit = page.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+        let items: Vec<Value> = matching.by_ref().take(limit).cloned().collect();
+        let mut metadata = json!({"resourceVersion": self.store.rv().to_string()});
+        if matching.next().is_some()
+            && let Some(last) = items.last()
+        {
+            metadata["continue"] = json!(encode_continue(
+                meta_str(last, "namespace").unwrap_or_default(),
+                meta_str(last, "name").unwrap_or_default(),
+            ));
+        }
+        Ok(json!({
             "kind": format!("{}List", res.kind),
             "apiVersion": res.api_version(),
-            "metadata": {"resourceVersion": self.store.rv().to_string()},
+            "metadata": metadata,
             "items": items,
-        })
+        }))
     }
 
     fn check_type(&self, res: &Res, obj: &Value) -> ApiResult<()> {
@@ -761,6 +796,38 @@ impl State {
             self.in_controller = false;
         }
     }
+}
+
+/// A list request's paging: `?limit=` and `?continue=`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Page {
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+}
+
+/// The continue token: the last returned object's `namespace/name`, hex
+/// encoded (opaque to clients, as a real one is).
+fn encode_continue(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn decode_continue(token: &str) -> ApiResult<(String, String)> {
+    let invalid = || ApiError::bad_request(format!("invalid continue token {token:?}"));
+    if !token.len().is_multiple_of(2) {
+        return Err(invalid());
+    }
+    let bytes = (0..token.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(token.get(i..i + 2).ok_or_else(invalid)?, 16).map_err(|_| invalid())
+        })
+        .collect::<ApiResult<Vec<u8>>>()?;
+    let text = String::from_utf8(bytes).map_err(|_| invalid())?;
+    let (ns, name) = text.split_once('/').ok_or_else(invalid)?;
+    Ok((ns.to_string(), name.to_string()))
 }
 
 /// An object as committed, or as it was when removed.

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::discovery;
 use crate::errors::{ApiError, ApiResult};
-use crate::ops::{DeleteOpts, Opts, PatchType, State, Target};
+use crate::ops::{DeleteOpts, Opts, Page, PatchType, State, Target};
 use crate::resources::Res;
 use crate::selectors::{FieldSelector, LabelSelector, Selectors};
 use crate::verb::Verb;
@@ -363,11 +363,22 @@ async fn serve_resource(
                 .body(Body::from_stream(stream))
                 .expect("response"))
         }
-        Verb::List => Ok(ok(&shared.lock().list_objs(
-            &route.res,
-            route.ns.as_deref(),
-            &selectors,
-        ))),
+        Verb::List => {
+            let page = Page {
+                limit: match query.get("limit").filter(|l| !l.is_empty()) {
+                    Some(l) => Some(l.parse().map_err(|_| {
+                        ApiError::bad_request(format!("invalid limit {l:?}: not a number"))
+                    })?),
+                    None => None,
+                },
+                continue_token: query.get("continue").filter(|c| !c.is_empty()).cloned(),
+            };
+            let list =
+                shared
+                    .lock()
+                    .list_page(&route.res, route.ns.as_deref(), &selectors, &page)?;
+            Ok(ok(&list))
+        }
         Verb::Get => Ok(ok(&shared.lock().get_obj(&target)?)),
         Verb::Create => {
             if route.res.namespaced && route.ns.is_none() {
