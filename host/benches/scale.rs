@@ -12,7 +12,8 @@
 //!   state, until it has reconciled every cluster once; it must write
 //!   nothing.
 //!
-//! Reported per phase: wall time, peak RSS (`VmHWM`), CPU time, the guest's
+//! Reported per phase: wall time, peak RSS (`VmHWM`) and RSS at the end
+//! (`VmRSS`), CPU time, the guest's
 //! share of that CPU (the operator's own `guest_call_duration_seconds`,
 //! timed on the blocking thread), the API emulator's CPU (this process), API
 //! writes and reconciles.
@@ -159,12 +160,12 @@ impl Operator {
         cpu_seconds_of(&self.proc("stat"))
     }
 
-    /// Peak resident set size, MiB.
-    fn peak_rss_mib(&self) -> f64 {
+    /// A `/proc/PID/status` size in MiB (`VmHWM`: peak, `VmRSS`: now).
+    fn status_mib(&self, field: &str) -> f64 {
         let status = self.proc("status");
         let kib: f64 = status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or(0.0);
         kib / 1024.0
@@ -237,6 +238,8 @@ struct Row {
     converged: usize,
     seconds: f64,
     peak_rss_mib: f64,
+    /// Resident set size when the phase ended.
+    end_rss_mib: f64,
     cpu_seconds: f64,
     /// This process's CPU over the phase: the API emulator.
     api_cpu_seconds: f64,
@@ -255,13 +258,14 @@ impl Row {
             0.0
         };
         println!(
-            "{:>8} {:<12} {:>5}/{:<5} {:>8.2} {:>9.1} {:>8.2} {:>6.1}% {:>8.2} {:>8} {:>10}",
+            "{:>8} {:<12} {:>5}/{:<5} {:>8.2} {:>9.1} {:>8.1} {:>8.2} {:>6.1}% {:>8.2} {:>8} {:>10}",
             self.clusters,
             self.phase,
             self.converged,
             self.clusters,
             self.seconds,
             self.peak_rss_mib,
+            self.end_rss_mib,
             self.cpu_seconds,
             share,
             self.api_cpu_seconds,
@@ -307,7 +311,8 @@ async fn phase(
         phase: name,
         converged: converged_count(emu),
         seconds,
-        peak_rss_mib: op.peak_rss_mib(),
+        peak_rss_mib: op.status_mib("VmHWM"),
+        end_rss_mib: op.status_mib("VmRSS"),
         cpu_seconds: op.cpu_seconds(),
         api_cpu_seconds: own_cpu_seconds() - api_cpu_before,
         guest_seconds: op.metric("shardgate_guest_call_duration_seconds_sum"),
@@ -350,12 +355,13 @@ async fn size(n: usize, dir: &Path) -> Vec<Row> {
 
 fn header() {
     println!(
-        "{:>8} {:<12} {:>11} {:>8} {:>9} {:>8} {:>7} {:>8} {:>8} {:>10}",
+        "{:>8} {:<12} {:>11} {:>8} {:>9} {:>8} {:>8} {:>7} {:>8} {:>8} {:>10}",
         "clusters",
         "phase",
         "converged",
         "wall s",
         "peak MiB",
+        "end MiB",
         "cpu s",
         "guest",
         "api cpu",
