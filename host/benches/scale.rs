@@ -132,7 +132,9 @@ impl Operator {
             .port();
         let metrics = format!("127.0.0.1:{port}");
         // A profiler may wrap the operator, e.g.
-        // SHARDGATE_BENCH_WRAPPER="valgrind --tool=callgrind".
+        // SHARDGATE_BENCH_WRAPPER="valgrind --tool=callgrind" (then without
+        // the wasm instance pool, whose address-space reservation valgrind
+        // refuses).
         let wrapper = std::env::var("SHARDGATE_BENCH_WRAPPER").unwrap_or_default();
         let mut argv: Vec<&str> = wrapper.split_whitespace().collect();
         argv.push(env!("CARGO_BIN_EXE_shardgate"));
@@ -142,6 +144,11 @@ impl Operator {
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--listen", &metrics])
+            .args(
+                (!wrapper.is_empty())
+                    .then_some("--wasm-pooling=false")
+                    .as_slice(),
+            )
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -201,6 +201,11 @@ struct RunArgs {
     /// compile.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     module_baseline: bool,
+    /// Allocate wasm instances from a pool (hundreds of GiB of address space
+    /// reserved up front, quickest instantiation). With false, on demand:
+    /// for environments that refuse the reservation, such as valgrind.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    wasm_pooling: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -366,15 +371,20 @@ fn run_operator(args: RunArgs) -> anyhow::Result<ExitCode> {
     let source = module_source(&args)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let wasm = std::sync::Arc::new(Runtime::new(Limits::default())?);
+        let wasm = std::sync::Arc::new(Runtime::with_options(
+            Limits::default(),
+            shardgate::runtime::Tier::Optimized,
+            args.wasm_pooling,
+        )?);
         let mut checker = Checker::new(wasm.clone());
         if let Some(dir) = &args.module_cache {
             checker = checker.with_cache(shardgate::runtime::cache::Cache::open(dir)?);
         }
         if args.module_baseline && source != ModuleSource::Embedded {
-            checker = checker.with_baseline(std::sync::Arc::new(Runtime::with_tier(
+            checker = checker.with_baseline(std::sync::Arc::new(Runtime::with_options(
                 Limits::default(),
                 shardgate::runtime::Tier::Baseline,
+                args.wasm_pooling,
             )?));
         }
         // A file must pass the checks to start; a ConfigMap is read once the

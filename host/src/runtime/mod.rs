@@ -81,6 +81,15 @@ impl Runtime {
     }
 
     pub fn with_tier(limits: Limits, tier: Tier) -> anyhow::Result<Self> {
+        Self::with_options(limits, tier, true)
+    }
+
+    /// With `pooling` false, every instance's memory and tables are
+    /// allocated on demand instead of from the pooling allocator, which
+    /// reserves hundreds of GiB of address space up front: slower
+    /// instantiation, but runnable where that reservation fails (valgrind,
+    /// a small `ulimit -v`). The memory cap holds either way.
+    pub fn with_options(limits: Limits, tier: Tier, pooling: bool) -> anyhow::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(Self::MAX_INSTANCES)
             .total_core_instances(Self::MAX_INSTANCES * 4)
@@ -91,7 +100,11 @@ impl Runtime {
         config
             .epoch_interruption(true)
             .wasm_component_model(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            .allocation_strategy(if pooling {
+                InstanceAllocationStrategy::Pooling(pool)
+            } else {
+                InstanceAllocationStrategy::OnDemand
+            });
         if tier == Tier::Baseline {
             config.strategy(Strategy::Winch);
         }
