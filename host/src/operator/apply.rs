@@ -42,7 +42,16 @@ pub enum Applied {
 /// repaired by a later reconcile).
 #[derive(Default)]
 pub struct Recent {
-    entries: Mutex<HashMap<String, (String, Instant)>>,
+    entries: Mutex<Entries>,
+}
+
+#[derive(Default)]
+struct Entries {
+    by_key: HashMap<String, (String, Instant)>,
+    /// When expired entries were last dropped: at most once per TTL, so a
+    /// burst of applies (a cold start creates ~100 objects per cluster) does
+    /// not scan every entry on every apply.
+    pruned: Option<Instant>,
 }
 
 impl Recent {
@@ -54,7 +63,7 @@ impl Recent {
 
     /// True if `hash` was applied to this object within the TTL.
     fn pending(&self, key: &str, hash: &str) -> bool {
-        let mut entries = self.entries.lock().unwrap();
+        let entries = &mut self.entries.lock().unwrap().by_key;
         match entries.get(key) {
             Some((h, at)) if h == hash && at.elapsed() < Self::TTL => true,
             Some(_) => {
@@ -67,12 +76,19 @@ impl Recent {
 
     fn record(&self, key: String, hash: String) {
         let mut entries = self.entries.lock().unwrap();
-        entries.retain(|_, (_, at)| at.elapsed() < Self::TTL);
-        entries.insert(key, (hash, Instant::now()));
+        let now = Instant::now();
+        if entries
+            .pruned
+            .is_none_or(|at| now.duration_since(at) >= Self::TTL)
+        {
+            entries.by_key.retain(|_, (_, at)| at.elapsed() < Self::TTL);
+            entries.pruned = Some(now);
+        }
+        entries.by_key.insert(key, (hash, now));
     }
 
     fn seen(&self, key: &str) {
-        self.entries.lock().unwrap().remove(key);
+        self.entries.lock().unwrap().by_key.remove(key);
     }
 }
 
