@@ -317,6 +317,9 @@ impl ModuleManager {
 
     /// Checks `bytes` from `source` and swaps them in if they pass; on any
     /// rejection the serving module stays and the rejection is reported.
+    /// With a baseline runtime in `checker` (and no cached optimised code),
+    /// the baseline code serves as soon as it passes, and this returns once
+    /// the optimised code serves too (or failed to, which is logged).
     /// Returns the new digest.
     pub async fn offer(
         &self,
