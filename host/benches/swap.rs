@@ -167,6 +167,14 @@ async fn wait_until(what: &str, timeout: Duration, check: impl Fn() -> bool) {
     }
 }
 
+/// Waits until the serving module runs Cranelift's code.
+async fn optimised_code_serving(manager: &ModuleManager) {
+    wait_until("optimised code serving", SWAP_TIMEOUT, || {
+        manager.serving().module.tier() == Some(Tier::Optimized)
+    })
+    .await;
+}
+
 fn metric_sum(metrics: &Metrics, prefix: &str) -> u64 {
     metrics
         .encode()
@@ -386,10 +394,7 @@ async fn end_to_end(
     // The watcher offers one version at a time: let the warm-up's
     // optimised compile finish first.
     if baseline.is_some() {
-        wait_until("optimised code serving", SWAP_TIMEOUT, || {
-            manager.serving().module.tier() == Some(Tier::Optimized)
-        })
-        .await;
+        optimised_code_serving(&manager).await;
     }
 
     let load = Load::start(manager.clone(), cases.clone());
@@ -438,10 +443,7 @@ async fn end_to_end(
         }
         // With a baseline runtime, the optimised code takes over later.
         let optimized = if baseline.is_some() {
-            wait_until("optimised code serving", SWAP_TIMEOUT, || {
-                manager.serving().module.tier() == Some(Tier::Optimized)
-            })
-            .await;
+            optimised_code_serving(&manager).await;
             Some(replaced.elapsed())
         } else {
             None
