@@ -53,7 +53,7 @@ pub(crate) fn collect(state: &mut State, uid: &str, orphan: bool) {
             .iter()
             .any(|u| u != uid && uid_exists(state, u));
         if orphan || others_alive {
-            let mut new = obj.clone();
+            let mut new = Value::clone(&obj);
             if let Some(refs) = new["metadata"]["ownerReferences"].as_array_mut() {
                 refs.retain(|r| r["uid"].as_str() != Some(uid));
             }

@@ -335,7 +335,7 @@ impl Emulator {
         let ns = if res.namespaced { ns } else { "" };
         st.store
             .get(&(res.key(), ns.to_string(), name.to_string()))
-            .cloned()
+            .map(|o| Value::clone(o))
     }
 
     /// All objects of a type, optionally in one namespace.
@@ -363,6 +363,7 @@ impl Emulator {
             String::new()
         };
         st.create(&res, &ns, obj, &Opts::internal("kube-emulator"))
+            .map(Arc::unwrap_or_clone)
             .map_err(|e| anyhow::anyhow!("{} {}: {}", e.code, e.reason, e.message))
     }
 
@@ -388,6 +389,7 @@ impl Emulator {
             patch.to_string().as_bytes(),
             &Opts::internal(manager),
         )
+        .map(Arc::unwrap_or_clone)
         .map_err(|e| anyhow::anyhow!("{} {}: {}", e.code, e.reason, e.message))
     }
 

@@ -379,7 +379,7 @@ async fn serve_resource(
                     .list_page(&route.res, route.ns.as_deref(), &selectors, &page)?;
             Ok(ok(&list))
         }
-        Verb::Get => Ok(ok(&shared.lock().get_obj(&target)?)),
+        Verb::Get => Ok(ok(&*shared.lock().get_obj(&target)?)),
         Verb::Create => {
             if route.res.namespaced && route.ns.is_none() {
                 return Err(ApiError::method_not_allowed(
@@ -392,7 +392,7 @@ async fn serve_resource(
         }
         Verb::Update => {
             let obj = parse_json(&body)?;
-            Ok(ok(&shared.lock().replace(&target, obj, &opts)?))
+            Ok(ok(&*shared.lock().replace(&target, obj, &opts)?))
         }
         Verb::Patch | Verb::Apply => {
             let ptype = PatchType::from_content_type(content_type).unwrap_or(PatchType::Merge);
@@ -424,7 +424,7 @@ async fn serve_resource(
             }
             let mut st = shared.lock();
             match &route.name {
-                Some(_) => Ok(ok(&st.delete(&target, &d, &opts)?)),
+                Some(_) => Ok(ok(&*st.delete(&target, &d, &opts)?)),
                 None => {
                     // deletecollection
                     let list = st.list_objs(&route.res, route.ns.as_deref(), &selectors);

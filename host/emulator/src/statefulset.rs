@@ -2,6 +2,8 @@
 //! line with each StatefulSet and reports `.status`. Pod status (IPs,
 //! readiness) is left to the caller.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value, json};
 
 use crate::fieldset::canonical_json;
@@ -173,10 +175,10 @@ fn reconcile(state: &mut State, sts: &Value) {
         status: false,
     };
 
-    let owned = |state: &State| -> Vec<(i64, Value)> {
-        let mut v: Vec<(i64, Value)> = state
+    let owned = |state: &State| -> Vec<(i64, Arc<Value>)> {
+        let mut v: Vec<(i64, Arc<Value>)> = state
             .store
-            .list(&pods_res.key(), Some(&ns))
+            .list_shared(&pods_res.key(), Some(&ns))
             .into_iter()
             .filter(|p| {
                 p["metadata"]["ownerReferences"]
@@ -244,7 +246,7 @@ fn reconcile(state: &mut State, sts: &Value) {
         .iter()
         .filter(|(_, p)| p["metadata"]["labels"]["controller-revision-hash"] == revision.as_str())
         .count();
-    let status = json!({"status": {
+    let status = json!({
         "observedGeneration": sts["metadata"]["generation"],
         "replicas": pods.len(),
         "readyReplicas": ready,
@@ -254,12 +256,22 @@ fn reconcile(state: &mut State, sts: &Value) {
         "currentRevision": revision,
         "updateRevision": revision,
         "collisionCount": 0,
-    }});
+    });
     let t = Target {
         res: sts_res,
         ns,
         name,
         status: true,
     };
-    let _ = state.patch(&t, PatchType::Merge, status.to_string().as_bytes(), &opts);
+    // As the real controller, write status only when it changes.
+    let current = state.store.get(&t.key()).map(|s| &s["status"]);
+    let unchanged = status
+        .as_object()
+        .expect("an object")
+        .iter()
+        .all(|(k, v)| current.is_some_and(|c| c.get(k) == Some(v)));
+    if !unchanged {
+        let patch = json!({ "status": status }).to_string();
+        let _ = state.patch(&t, PatchType::Merge, patch.as_bytes(), &opts);
+    }
 }

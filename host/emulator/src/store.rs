@@ -33,9 +33,11 @@ pub(crate) struct WatchEvent {
     pub rv: u64,
     pub res_key: String,
     pub etype: EventType,
-    pub object: Value,
+    /// Shared with the store (and the next event's `prev`): a write costs
+    /// no copy of the object.
+    pub object: Arc<Value>,
     /// The object before the change (for selector transitions).
-    pub prev: Option<Value>,
+    pub prev: Option<Arc<Value>>,
 }
 
 /// What open watch streams are told.
@@ -49,7 +51,7 @@ pub(crate) enum Notice {
 }
 
 pub(crate) struct Store {
-    objects: BTreeMap<ObjKey, Value>,
+    objects: BTreeMap<ObjKey, Arc<Value>>,
     rv: u64,
     history: VecDeque<Arc<WatchEvent>>,
     history_limit: usize,
@@ -81,7 +83,8 @@ impl Store {
         self.rv
     }
 
-    pub fn get(&self, key: &ObjKey) -> Option<&Value> {
+    /// The stored object; clone the `Arc` to hold it past a write.
+    pub fn get(&self, key: &ObjKey) -> Option<&Arc<Value>> {
         self.objects.get(key)
     }
 
@@ -90,16 +93,29 @@ impl Store {
     /// Costs the objects returned, not the whole store: keys sort by
     /// resource, then namespace, so the wanted ones are one range.
     pub fn list(&self, res_key: &str, ns: Option<&str>) -> Vec<&Value> {
+        self.range(res_key, ns).map(|o| o.as_ref()).collect()
+    }
+
+    /// [`Store::list`], holding the objects past later writes.
+    pub fn list_shared(&self, res_key: &str, ns: Option<&str>) -> Vec<Arc<Value>> {
+        self.range(res_key, ns).cloned().collect()
+    }
+
+    fn range<'s>(
+        &'s self,
+        res_key: &str,
+        ns: Option<&str>,
+    ) -> impl Iterator<Item = &'s Arc<Value>> + use<'s> {
         let start = (
             res_key.to_string(),
             ns.unwrap_or_default().to_string(),
             String::new(),
         );
+        let (res_key, ns) = (start.0.clone(), ns.map(str::to_string));
         self.objects
             .range(start..)
-            .take_while(|((r, n, _), _)| r == res_key && ns.is_none_or(|ns| ns == n))
+            .take_while(move |((r, n, _), _)| *r == res_key && ns.as_ref().is_none_or(|ns| ns == n))
             .map(|(_, v)| v)
-            .collect()
     }
 
     pub fn keys_where(&self, mut f: impl FnMut(&ObjKey, &Value) -> bool) -> Vec<ObjKey> {
@@ -111,9 +127,10 @@ impl Store {
     }
 
     /// Stores `obj` under a fresh resourceVersion and emits ADDED/MODIFIED.
-    pub fn put(&mut self, key: ObjKey, mut obj: Value) -> Value {
+    pub fn put(&mut self, key: ObjKey, mut obj: Value) -> Arc<Value> {
         self.rv += 1;
         set_rv(&mut obj, self.rv);
+        let obj = Arc::new(obj);
         let prev = self.objects.insert(key.clone(), obj.clone());
         let etype = if prev.is_some() {
             EventType::Modified
@@ -125,15 +142,22 @@ impl Store {
     }
 
     /// Removes an object, emitting DELETED with a fresh resourceVersion.
-    pub fn remove(&mut self, key: &ObjKey) -> Option<Value> {
-        let mut obj = self.objects.remove(key)?;
+    pub fn remove(&mut self, key: &ObjKey) -> Option<Arc<Value>> {
+        let mut obj = Arc::unwrap_or_clone(self.objects.remove(key)?);
         self.rv += 1;
         set_rv(&mut obj, self.rv);
+        let obj = Arc::new(obj);
         self.emit(key.0.clone(), EventType::Deleted, obj.clone(), None);
         Some(obj)
     }
 
-    fn emit(&mut self, res_key: String, etype: EventType, object: Value, prev: Option<Value>) {
+    fn emit(
+        &mut self,
+        res_key: String,
+        etype: EventType,
+        object: Arc<Value>,
+        prev: Option<Arc<Value>>,
+    ) {
         let ev = Arc::new(WatchEvent {
             rv: self.rv,
             res_key,

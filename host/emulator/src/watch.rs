@@ -31,14 +31,16 @@ pub(crate) struct WatchParams {
     pub bookmark_interval: Duration,
 }
 
-fn line(v: &Value) -> Bytes {
-    let mut s = v.to_string();
-    s.push('\n');
-    Bytes::from(s)
-}
-
+/// `{"type":"<etype>","object":<obj>}` and a newline, written straight from
+/// `obj` (no copy of it).
 fn event_line(etype: &str, obj: &Value) -> Bytes {
-    line(&json!({"type": etype, "object": obj}))
+    let mut out = Vec::with_capacity(4096);
+    out.extend_from_slice(b"{\"type\":");
+    serde_json::to_writer(&mut out, etype).expect("a string serializes");
+    out.extend_from_slice(b",\"object\":");
+    serde_json::to_writer(&mut out, obj).expect("a Value serializes");
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
 }
 
 impl WatchParams {

@@ -684,7 +684,31 @@ async fn instant_pods_start_ready_with_distinct_ips() {
         ips.insert(ip);
     }
     assert_eq!(ips.len(), 3, "each pod has its own IP");
-    let s = sts.get("db").await.unwrap().status.unwrap();
-    assert_eq!(s.ready_replicas, Some(3));
+    let before = sts.get("db").await.unwrap();
+    assert_eq!(before.status.as_ref().unwrap().ready_replicas, Some(3));
+    // A Pod write that changes nothing the StatefulSet reports leaves its
+    // status, and so its resourceVersion, alone (no write).
+    pods.patch(
+        "db-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+    )
+    .await
+    .unwrap();
+    let after = sts.get("db").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    // A deleted Pod comes back at once (instant, Ready), so here too the
+    // status the StatefulSet reports ends where it was: not rewritten.
+    let old_uid = pods.get("db-2").await.unwrap().metadata.uid;
+    pods.delete("db-2", &Default::default()).await.unwrap();
+    assert_ne!(pods.get("db-2").await.unwrap().metadata.uid, old_uid);
+    let after = sts.get("db").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
     emu.shutdown().await;
 }
