@@ -928,7 +928,10 @@ mod tests {
         assert_eq!(parse_object(yaml, true).unwrap(), want);
         let err = parse_object(b"kind: [unclosed", true).unwrap_err();
         assert_eq!(err.code, 400);
-        assert!(parse_object(yaml, false).is_err(), "YAML only where allowed");
+        assert!(
+            parse_object(yaml, false).is_err(),
+            "YAML only where allowed"
+        );
     }
 
     #[test]
@@ -939,6 +942,9 @@ mod tests {
         let c = json!({"metadata": {"x": 1}, "spec": {"r": 2}});
         assert!(!same_except_meta_and_status(&a, &c));
         let d = json!({"spec": {"r": 1}, "data": {}});
-        assert!(!same_except_meta_and_status(&a, &d), "an extra field counts");
+        assert!(
+            !same_except_meta_and_status(&a, &d),
+            "an extra field counts"
+        );
     }
 }
