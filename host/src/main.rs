@@ -13,6 +13,12 @@ use shardgate::operator;
 use shardgate::render::{self, Observed, RenderError};
 use shardgate::runtime::{Limits, Module, Runtime};
 
+/// jemalloc instead of glibc's malloc: the operator's caches are many small
+/// objects allocated and freed across tokio's worker threads, where glibc's
+/// per-thread arenas fragment (docs/performance.md, P4).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "shardgate",
