@@ -176,18 +176,12 @@ impl State {
             .as_deref()
             .map(decode_continue)
             .transpose()?;
+        let after = after
+            .as_ref()
+            .map(|(a_ns, a_name)| (a_ns.as_str(), a_name.as_str()));
         let mut matching = self
             .store
-            .list(&res.key(), ns)
-            .into_iter()
-            .filter(|o| {
-                after.as_ref().is_none_or(|(a_ns, a_name)| {
-                    (
-                        meta_str(o, "namespace").unwrap_or_default(),
-                        meta_str(o, "name").unwrap_or_default(),
-                    ) > (a_ns.as_str(), a_name.as_str())
-                })
-            })
+            .list_after(&res.key(), ns, after)
             .filter(|o| sel.matches(o));
         let limit = page.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
         let items: Vec<Value> = matching.by_ref().take(limit).cloned().collect();

@@ -93,27 +93,54 @@ impl Store {
     /// Costs the objects returned, not the whole store: keys sort by
     /// resource, then namespace, so the wanted ones are one range.
     pub fn list(&self, res_key: &str, ns: Option<&str>) -> Vec<&Value> {
-        self.range(res_key, ns).map(|o| o.as_ref()).collect()
+        self.range(res_key, ns, None).map(|o| o.as_ref()).collect()
+    }
+
+    /// [`Store::list`] as an iterator, from just after `(namespace, name)`
+    /// if given: a list page starts where the previous one ended, without
+    /// walking the objects before it.
+    pub fn list_after<'s>(
+        &'s self,
+        res_key: &str,
+        ns: Option<&str>,
+        after: Option<(&str, &str)>,
+    ) -> impl Iterator<Item = &'s Value> + use<'s> {
+        self.range(res_key, ns, after).map(|o| o.as_ref())
     }
 
     /// [`Store::list`], holding the objects past later writes.
     pub fn list_shared(&self, res_key: &str, ns: Option<&str>) -> Vec<Arc<Value>> {
-        self.range(res_key, ns).cloned().collect()
+        self.range(res_key, ns, None).cloned().collect()
     }
 
+    /// One kind's objects (in one namespace, or all), in key order, from
+    /// just after `after` if given.
     fn range<'s>(
         &'s self,
         res_key: &str,
         ns: Option<&str>,
+        after: Option<(&str, &str)>,
     ) -> impl Iterator<Item = &'s Arc<Value>> + use<'s> {
-        let start = (
-            res_key.to_string(),
-            ns.unwrap_or_default().to_string(),
-            String::new(),
-        );
-        let (res_key, ns) = (start.0.clone(), ns.map(str::to_string));
+        use std::ops::Bound::{Excluded, Included};
+        let start = match after {
+            Some((a_ns, a_name)) => {
+                Excluded((res_key.to_string(), a_ns.to_string(), a_name.to_string()))
+            }
+            None => Included((
+                res_key.to_string(),
+                ns.unwrap_or_default().to_string(),
+                String::new(),
+            )),
+        };
+        let (res_key, ns) = (res_key.to_string(), ns.map(str::to_string));
         self.objects
-            .range(start..)
+            .range((start, std::ops::Bound::Unbounded))
+            .skip_while({
+                // A token from another namespace's list sorts before this
+                // namespace: skip up to it (never past it).
+                let ns = ns.clone();
+                move |((_, n, _), _)| ns.as_ref().is_some_and(|ns| n < ns)
+            })
             .take_while(move |((r, n, _), _)| *r == res_key && ns.as_ref().is_none_or(|ns| ns == n))
             .map(|(_, v)| v)
     }

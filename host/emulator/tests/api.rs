@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::Discovery;
 use kube::{Api, ResourceExt};
@@ -265,6 +265,60 @@ async fn lists_are_paged_with_limit_and_continue() {
         .await
         .unwrap_err();
     assert_eq!(api_code(&bad), 400);
+}
+
+#[tokio::test]
+async fn a_list_across_namespaces_pages_on_after_its_token_object_is_deleted() {
+    let (_emu, client) = start().await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in ["ns-a", "ns-b"] {
+        let ns = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+    }
+    for (ns, name) in [("ns-b", "a"), ("ns-a", "z"), ("ns-b", "c"), ("ns-a", "y")] {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        api.create(&PostParams::default(), &cm(name, json!({"app": "x"})))
+            .await
+            .unwrap();
+    }
+    let all: Api<ConfigMap> = Api::all(client.clone());
+    let key = |c: &ConfigMap| format!("{}/{}", c.namespace().unwrap(), c.name_any());
+    let first = all.list(&ListParams::default().limit(2)).await.unwrap();
+    let token = first.metadata.continue_.clone().expect("more to come");
+    assert_eq!(
+        first.items.iter().map(key).collect::<Vec<_>>(),
+        ["ns-a/y", "ns-a/z"]
+    );
+    // The page's last object goes away: the next page still starts after it.
+    Api::<ConfigMap>::namespaced(client.clone(), "ns-a")
+        .delete("z", &DeleteParams::default())
+        .await
+        .unwrap();
+    let rest = all
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(
+        rest.items.iter().map(key).collect::<Vec<_>>(),
+        ["ns-b/a", "ns-b/c"]
+    );
+    assert_eq!(rest.metadata.continue_, None);
+    // A namespaced list pages within its namespace only.
+    let in_b: Api<ConfigMap> = Api::namespaced(client.clone(), "ns-b");
+    let page = in_b.list(&ListParams::default().limit(1)).await.unwrap();
+    let next = in_b
+        .list(
+            &ListParams::default()
+                .limit(1)
+                .continue_token(page.metadata.continue_.as_deref().expect("one more")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(next.items.iter().map(key).collect::<Vec<_>>(), ["ns-b/c"]);
+    assert_eq!(next.metadata.continue_, None);
 }
 
 #[tokio::test]
