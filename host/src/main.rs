@@ -13,9 +13,9 @@ use shardgate::operator;
 use shardgate::render::{self, Observed, RenderError};
 use shardgate::runtime::{Limits, Module, Runtime};
 
-/// jemalloc instead of glibc's malloc: the operator's caches are many small
-/// objects allocated and freed across tokio's worker threads, where glibc's
-/// per-thread arenas fragment (docs/performance.md, P4).
+/// jemalloc instead of glibc's malloc: the operator allocates and frees many
+/// small objects across tokio's worker threads, and measured side by side it
+/// spends 12-27% less CPU with jemalloc (docs/performance.md, P4).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -121,26 +121,23 @@ impl Store {
         ns: Option<&str>,
         after: Option<(&str, &str)>,
     ) -> impl Iterator<Item = &'s Arc<Value>> + use<'s> {
-        use std::ops::Bound::{Excluded, Included};
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let first_of_namespace = (
+            res_key.to_string(),
+            ns.unwrap_or_default().to_string(),
+            String::new(),
+        );
         let start = match after {
-            Some((a_ns, a_name)) => {
+            // A token sorting before this namespace (another list's) starts
+            // at the namespace, as if there were none.
+            Some((a_ns, a_name)) if ns.is_none_or(|ns| a_ns >= ns) => {
                 Excluded((res_key.to_string(), a_ns.to_string(), a_name.to_string()))
             }
-            None => Included((
-                res_key.to_string(),
-                ns.unwrap_or_default().to_string(),
-                String::new(),
-            )),
+            _ => Included(first_of_namespace),
         };
         let (res_key, ns) = (res_key.to_string(), ns.map(str::to_string));
         self.objects
-            .range((start, std::ops::Bound::Unbounded))
-            .skip_while({
-                // A token from another namespace's list sorts before this
-                // namespace: skip up to it (never past it).
-                let ns = ns.clone();
-                move |((_, n, _), _)| ns.as_ref().is_some_and(|ns| n < ns)
-            })
+            .range((start, Unbounded))
             .take_while(move |((r, n, _), _)| *r == res_key && ns.as_ref().is_none_or(|ns| ns == n))
             .map(|(_, v)| v)
     }

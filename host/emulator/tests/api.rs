@@ -319,6 +319,24 @@ async fn a_list_across_namespaces_pages_on_after_its_token_object_is_deleted() {
         .unwrap();
     assert_eq!(next.items.iter().map(key).collect::<Vec<_>>(), ["ns-b/c"]);
     assert_eq!(next.metadata.continue_, None);
+    // A token from an earlier namespace starts this namespace's list at its
+    // beginning; one from a later namespace leaves nothing.
+    let from_a = in_b
+        .list(&ListParams::default().continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(
+        from_a.items.iter().map(key).collect::<Vec<_>>(),
+        ["ns-b/a", "ns-b/c"]
+    );
+    let from_b = Api::<ConfigMap>::namespaced(client.clone(), "ns-a")
+        .list(
+            &ListParams::default()
+                .continue_token(page.metadata.continue_.as_deref().expect("one more")),
+        )
+        .await
+        .unwrap();
+    assert!(from_b.items.is_empty());
 }
 
 #[tokio::test]

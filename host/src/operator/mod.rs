@@ -327,7 +327,7 @@ async fn controller(
 /// Objects per page of a watch's initial list. A page is decoded whole,
 /// before [`slim`] trims its objects, and the four owned kinds list at once:
 /// kube's default of 500 held ~50 MiB of untrimmed objects at the peak of a
-/// start with 100 clusters (heaptrack). 100 costs 5x the list requests,
+/// restart with 100 clusters (heaptrack). 100 costs 5x the list requests,
 /// each a fifth of the size.
 const LIST_PAGE_SIZE: u32 = 100;
 
