@@ -16,7 +16,7 @@ use kube::core::NamespaceResourceScope;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -131,13 +131,17 @@ where
     } else if recent.pending(&key, &hash) {
         return Ok(Applied::Unchanged);
     }
-    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
+    // The API server answers with the whole object, managed fields
+    // included; nothing here reads it (the watch brings the same object to
+    // the store), so it is parsed but not decoded into `K`.
+    let request = kube::core::Request::new(K::url_path(&(), Some(&namespace)))
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .map_err(kube::Error::BuildRequest)?;
+    client.request::<IgnoredAny>(request).await?;
     recent.record(key, hash);
     Ok(if live.is_some() {
         Applied::Updated
@@ -199,8 +203,12 @@ pub fn owned_by<K: Resource>(o: &K, cluster: &str, uid: &str) -> bool {
     labelled && controlled
 }
 
+/// The first 12 bytes of the SHA-256 of `v`'s compact JSON, in hex. The JSON
+/// is streamed into the hasher, not collected first.
 fn hash(v: &Value) -> String {
-    let digest = Sha256::digest(serde_json::to_vec(v).expect("JSON serializes"));
+    let mut hasher = Sha256::new();
+    serde_json::to_writer(&mut hasher, v).expect("JSON serializes");
+    let digest = hasher.finalize();
     digest.iter().take(12).map(|b| format!("{b:02x}")).collect()
 }
 
@@ -221,8 +229,21 @@ pub fn contains(have: &Value, want: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::contains;
+    use super::{contains, hash};
     use serde_json::json;
+    use sha2::{Digest, Sha256};
+
+    /// The hash is stored in every applied object: an upgraded operator
+    /// that hashed differently would re-apply every object once. It must
+    /// stay the first 12 bytes of SHA-256 over the compact JSON.
+    #[test]
+    fn hash_is_sha256_of_the_compact_json() {
+        let v = json!({"kind": "Service", "metadata": {"name": "a\"b", "labels": {"x": "é"}}, "n": [1, 2.5, null]});
+        let whole = Sha256::digest(serde_json::to_vec(&v).unwrap());
+        let expected: String = whole.iter().take(12).map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hash(&v), expected);
+        assert_eq!(hash(&v).len(), 24);
+    }
 
     #[test]
     fn contains_ignores_extra_fields_but_not_changed_ones() {
