@@ -400,9 +400,12 @@ fn stateful_set(
     let field_env = |name: &str, path: &str| EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
+            // The API server defaults `apiVersion` inside this atomic
+            // struct; set, it stays what shardgate applied (see
+            // `operator::owned_fields`).
             field_ref: Some(ObjectFieldSelector {
+                api_version: Some("v1".into()),
                 field_path: path.into(),
-                ..ObjectFieldSelector::default()
             }),
             ..EnvVarSource::default()
         }),

@@ -165,3 +165,104 @@ async fn an_apply_the_cache_has_not_shown_yet_is_not_sent_twice() {
     );
     server.await.unwrap();
 }
+
+/// The digest path: the cache holds a digest of the fields shardgate
+/// applied. When the API server itself changes a value inside a field
+/// shardgate owns whole (here the whole `ports` list, with a defaulted
+/// `targetPort`), one repair is sent and what it left is accepted: no write
+/// loop. A later change by someone else is still repaired.
+#[tokio::test]
+async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
+    use shardgate::operator::owned_fields::{self, CACHED_DIGEST};
+
+    let (probe_mock, mut probe) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let probe_client = kube::Client::new(probe_mock, "default");
+    let (empty, _w) = reflector::store::<Service>();
+    let capture = tokio::spawn(async move {
+        let (request, send) = probe.next_request().await.unwrap();
+        let body = request.into_body().collect_bytes().await.unwrap();
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+    });
+    apply::apply(&probe_client, &empty, &Recent::default(), &service())
+        .await
+        .unwrap();
+    let mut live = capture.await.unwrap();
+    live["metadata"]["resourceVersion"] = "7".into();
+    live["spec"]["ports"][0]["targetPort"] = 6379.into();
+    live["metadata"]["managedFields"] = serde_json::json!([{
+        "manager": "shardgate", "operation": "Apply", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:annotations": {"f:shardgate.io/applied-hash": {}}},
+                     "f:spec": {"f:type": {}, "f:ports": {}}}
+    }]);
+    let cached = |live: &serde_json::Value, digest: Option<String>| {
+        let mut svc: Service = serde_json::from_value(live.clone()).unwrap();
+        let computed = owned_fields::take_live_digest(&mut svc);
+        assert!(svc.metadata.managed_fields.is_none());
+        let digest = digest.or(computed).unwrap();
+        svc.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(CACHED_DIGEST.into(), digest);
+        svc
+    };
+    let (store, mut writer): (_, Writer<Service>) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Apply(cached(&live, None)));
+
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let recent = Recent::default();
+    let answer = live.clone();
+    let server = tokio::spawn(async move {
+        let (_, send) = handle.next_request().await.expect("one repair");
+        send.send_response(
+            Response::builder()
+                .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                .unwrap(),
+        );
+        handle
+    });
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
+        Applied::Updated
+    );
+    let mut handle = server.await.unwrap();
+    // The same state again: accepted, nothing sent (a request would wait
+    // for an answer that never comes).
+    let desired = service();
+    let again = apply::apply(&client, &store, &recent, &desired);
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(2), again)
+            .await
+            .expect("applied again: a write loop")
+            .unwrap(),
+        Applied::Unchanged
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), handle.next_request())
+            .await
+            .is_err()
+    );
+    // Someone else changed a field: repaired again.
+    writer.apply_watcher_event(&watcher::Event::Apply(cached(
+        &live,
+        Some("another state".into()),
+    )));
+    let server = tokio::spawn(async move {
+        let (_, send) = handle.next_request().await.expect("a second repair");
+        send.send_response(
+            Response::builder()
+                .body(Body::from(b"{}".to_vec()))
+                .unwrap(),
+        );
+    });
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
+        Applied::Updated
+    );
+    server.await.unwrap();
+}

@@ -613,3 +613,71 @@ async fn a_stray_pod_with_the_clusters_labels_is_ignored() {
     assert!(!conf.as_str().unwrap().contains("203.0.113.66"), "{conf}");
     op.stop().await;
 }
+
+/// Fields shardgate applied and someone else changed (an edit: an `Update`
+/// that takes the field over) or removed are put back; fields another
+/// manager added stay. The cache keeps only a digest of shardgate's fields
+/// for ConfigMaps and StatefulSets, so this is what proves the digest sees
+/// drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repairs_fields_someone_else_changed_or_removed() {
+    let emu = emulator().await;
+    let op = Operator::start(&emu, "solo", None).await;
+    create(&emu, cluster("demo", 2, 0, nodeport())).await;
+    eventually(&emu, "converged", |e| converged(e, "demo")).await;
+    let conf_before = emu.get("configmaps", NS, "valkey-demo-0-0").unwrap()["data"].clone();
+    let template_before =
+        emu.get("statefulsets", NS, "valkey-demo-1-0").unwrap()["spec"]["template"].clone();
+
+    let client = emu.client().await.unwrap();
+    let edit = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PatchParams::default()
+    };
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), NS);
+    config_maps
+        .patch(
+            "valkey-demo-0-0",
+            &edit,
+            &Patch::Merge(json!({"data": {"valkey.conf": "port 1\n", "extra": "kept"}})),
+        )
+        .await
+        .unwrap();
+    let stateful_sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(client.clone(), NS);
+    stateful_sets
+        .patch(
+            "valkey-demo-1-0",
+            &edit,
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "evil:1"},
+                    {"op": "remove", "path": "/spec/template/spec/containers/0/securityContext"}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+
+    op.resync(3).await;
+    eventually(&emu, "repaired", |e| {
+        let cm = e.get("configmaps", NS, "valkey-demo-0-0").unwrap();
+        let sts = e.get("statefulsets", NS, "valkey-demo-1-0").unwrap();
+        cm["data"]["valkey.conf"] == conf_before["valkey.conf"]
+            && sts["spec"]["template"] == template_before
+    })
+    .await;
+    let cm = emu.get("configmaps", NS, "valkey-demo-0-0").unwrap();
+    assert_eq!(cm["data"]["extra"], "kept", "another manager's key");
+
+    // Repaired once: at rest again, nothing more is written.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    emu.reset_counts();
+    let before = op.reconciles();
+    op.resync(20).await;
+    eventually(&emu, "20 reconciles", |_| op.reconciles() >= before + 20).await;
+    assert_eq!(emu.total_writes(), 0, "{:?}", emu.write_counts());
+    op.stop().await;
+}

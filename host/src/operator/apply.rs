@@ -3,9 +3,12 @@
 //!
 //! Each applied object carries the hash of what shardgate applied in
 //! [`APPLIED_HASH`]. An object is re-applied only when that hash differs
-//! (shardgate wants something new) or the live object no longer contains
-//! every applied field (someone changed a field shardgate owns). Fields other
-//! managers add are left alone, so at steady state a reconcile sends no write.
+//! (shardgate wants something new) or a field shardgate applied was changed
+//! or removed by someone else. That is read from the cache's digest of the
+//! fields shardgate owns ([`owned_fields`]); an object cached without one
+//! (shardgate has no apply entry in its managed fields) is compared whole.
+//! Fields other managers add are left alone, so at steady state a reconcile
+//! sends no write.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +22,8 @@ use serde::Serialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+use super::owned_fields::{self, CACHED_DIGEST};
 
 /// The annotation holding the hash of what shardgate last applied.
 pub const APPLIED_HASH: &str = "shardgate.io/applied-hash";
@@ -48,6 +53,12 @@ pub struct Recent {
 #[derive(Default)]
 struct Entries {
     by_key: HashMap<String, (String, Instant)>,
+    /// Per object, an owned-fields digest that differs from the desired
+    /// one but is what shardgate's own apply of that hash left (the API
+    /// server changed a value inside a field shardgate owns whole, such as
+    /// a default inside an atomic struct): in place, not drift. Only such
+    /// objects have an entry.
+    accepted: HashMap<String, (String, String)>,
     /// When expired entries were last dropped: at most once per TTL, so a
     /// burst of applies (a cold start creates ~100 objects per cluster) does
     /// not scan every entry on every apply.
@@ -87,6 +98,24 @@ impl Recent {
         entries.by_key.insert(key, (hash, now));
     }
 
+    /// True if `digest` is what shardgate's own apply of `hash` left.
+    fn accepted(&self, key: &str, hash: &str, digest: &str) -> bool {
+        let entries = &mut self.entries.lock().unwrap().accepted;
+        match entries.get(key) {
+            Some((h, d)) if h == hash => d == digest,
+            Some(_) => {
+                entries.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn accept(&self, key: &str, hash: &str, digest: String) {
+        let mut entries = self.entries.lock().unwrap();
+        entries.accepted.insert(key.into(), (hash.into(), digest));
+    }
+
     fn seen(&self, key: &str) {
         self.entries.lock().unwrap().by_key.remove(key);
     }
@@ -120,20 +149,31 @@ where
     let live_hash = live
         .as_ref()
         .and_then(|l| l.annotations().get(APPLIED_HASH));
+    // The desired owned-fields digest, when the live object has the same
+    // hash (so it is only drift that would make it differ).
+    let mut repair = None;
     if let Some(live) = &live
         && live_hash == Some(&hash)
     {
         recent.seen(&key);
-        let live_json = serde_json::to_value(live.as_ref()).expect("k8s objects serialize");
-        if contains(&live_json, &body) {
+        let in_place = match live.annotations().get(CACHED_DIGEST) {
+            Some(have) => {
+                let want = owned_fields::digest(&body);
+                let in_place = *have == want || recent.accepted(&key, &hash, have);
+                repair = Some(want);
+                in_place
+            }
+            None => {
+                let live_json = serde_json::to_value(live.as_ref()).expect("k8s objects serialize");
+                contains(&live_json, &body)
+            }
+        };
+        if in_place {
             return Ok(Applied::Unchanged);
         }
     } else if recent.pending(&key, &hash) {
         return Ok(Applied::Unchanged);
     }
-    // The API server answers with the whole object, managed fields
-    // included; nothing here reads it (the watch brings the same object to
-    // the store), so it is parsed but not decoded into `K`.
     let request = kube::core::Request::new(K::url_path(&(), Some(&namespace)))
         .patch(
             &name,
@@ -141,7 +181,26 @@ where
             &Patch::Apply(&body),
         )
         .map_err(kube::Error::BuildRequest)?;
-    client.request::<IgnoredAny>(request).await?;
+    match repair {
+        // Repairing drift: what this apply left is in place by definition;
+        // if its digest still differs from the desired one, the API server
+        // changed a value shardgate applied, and that is accepted instead
+        // of re-applied on every reconcile.
+        Some(want) => {
+            let answer: Value = client.request(request).await?;
+            if let Some(have) = owned_fields::live_digest_of_json(&answer)
+                && have != want
+            {
+                recent.accept(&key, &hash, have);
+            }
+        }
+        // The API server answers with the whole object, managed fields
+        // included; nothing else reads it (the watch brings the same object
+        // to the store), so it is parsed but not decoded.
+        None => {
+            client.request::<IgnoredAny>(request).await?;
+        }
+    }
     recent.record(key, hash);
     Ok(if live.is_some() {
         Applied::Updated

@@ -13,6 +13,7 @@ pub mod http;
 pub mod index;
 pub mod leader;
 pub mod metrics;
+pub mod owned_fields;
 pub mod reconcile;
 pub mod valkey;
 
@@ -224,10 +225,11 @@ async fn controller(
         .any_semantic()
         .page_size(LIST_PAGE_SIZE);
 
-    let (services, service_stream) = indexed(api::<Service>(&client, ns), &managed, slim);
-    let (config_maps, config_map_stream) = indexed(api::<ConfigMap>(&client, ns), &managed, slim);
+    let (services, service_stream) = indexed(api::<Service>(&client, ns), &managed, slim_service);
+    let (config_maps, config_map_stream) =
+        indexed(api::<ConfigMap>(&client, ns), &managed, slim_config_map);
     let (stateful_sets, stateful_set_stream) =
-        indexed(api::<StatefulSet>(&client, ns), &managed, slim);
+        indexed(api::<StatefulSet>(&client, ns), &managed, slim_stateful_set);
     let (pods, pod_stream) = indexed(api::<Pod>(&client, ns), &managed, slim_pod);
 
     // Reconciles run concurrently up to a bound well inside the wasm
@@ -376,6 +378,45 @@ where
 /// as the object itself).
 fn slim<K: kube::Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
+}
+
+/// Replaces the managed fields with the digest of what shardgate applied
+/// ([`owned_fields`]), which is all drift detection needs. False if
+/// shardgate has no apply entry on `o`: then it is kept whole and compared
+/// whole.
+fn cache_owned_digest<K: kube::Resource + serde::Serialize>(o: &mut K) -> bool {
+    let digest = owned_fields::take_live_digest(o);
+    slim(o);
+    let Some(digest) = digest else {
+        return false;
+    };
+    o.meta_mut()
+        .annotations
+        .get_or_insert_default()
+        .insert(owned_fields::CACHED_DIGEST.into(), digest);
+    true
+}
+
+/// A Service's ports (and NodePorts) are read for the guest's snapshot, so
+/// its spec stays.
+fn slim_service(svc: &mut Service) {
+    cache_owned_digest(svc);
+}
+
+/// A ConfigMap's data is never read back, only compared.
+fn slim_config_map(cm: &mut ConfigMap) {
+    if cache_owned_digest(cm) {
+        cm.data = None;
+        cm.binary_data = None;
+    }
+}
+
+/// Only a StatefulSet's status (its update revision) is read back; its spec
+/// (the whole pod template) is only compared.
+fn slim_stateful_set(sts: &mut StatefulSet) {
+    if cache_owned_digest(sts) {
+        sts.spec = Default::default();
+    }
 }
 
 /// A Pod is read only for its labels, owner, IPs and readiness: its spec

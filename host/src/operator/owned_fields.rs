@@ -1,0 +1,300 @@
+//! What shardgate owns of a live object, read from its managed fields, as a
+//! digest small enough to cache instead of the object.
+//!
+//! Server-side apply records, per field manager, the fields that manager
+//! applied (`metadata.managedFields[].fieldsV1`). A field another manager
+//! changes leaves shardgate's set (its new owner takes it), and a removed
+//! field leaves every set. So the live object projected onto shardgate's
+//! set holds exactly what shardgate applied, unless something changed or
+//! removed one of those fields. [`take_live_digest`] digests that projection
+//! when an object is cached; [`digest`] digests the desired object the same
+//! way; the two are equal when the object is in place.
+//!
+//! Both sides are digested in one canonical form: sorted keys, compact JSON,
+//! nulls and empty objects and lists left out (an API server drops empty
+//! maps it was sent), and the identity fields (`apiVersion`, `kind`,
+//! `metadata.name`, `metadata.namespace`) left out, since the cache is keyed
+//! by them and managed fields never list them.
+//!
+//! A field whose whole value is owned (a scalar, an atomic list or struct)
+//! is projected whole: if the API server defaults something inside an
+//! atomic struct, the digests differ although nothing drifted. The operator
+//! then re-applies once and accepts what its own apply left (see
+//! `apply::Recent`), so such a case costs one no-op apply, not a loop.
+
+use kube::Resource;
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::apply::FIELD_MANAGER;
+
+/// Where the cache keeps an object's owned-fields digest. It is written into
+/// this process's cached copy only, never sent to the API server.
+pub const CACHED_DIGEST: &str = "shardgate.io/cached-owned-fields-digest";
+
+/// Takes `o`'s managed fields away and returns the digest of the fields
+/// shardgate applied to it; `None` when shardgate has no apply entry on it
+/// (it never applied it, or something cleared the managed fields).
+pub fn take_live_digest<K: Resource + Serialize>(o: &mut K) -> Option<String> {
+    let entries = o.meta_mut().managed_fields.take()?;
+    let fields = entries
+        .into_iter()
+        .find(|e| {
+            applied_by_shardgate(
+                e.manager.as_deref(),
+                e.operation.as_deref(),
+                e.subresource.as_deref(),
+            )
+        })?
+        .fields_v1?
+        .0;
+    // Without its managed fields, which are as large as the object.
+    let live = serde_json::to_value(&*o).ok()?;
+    Some(digest(&project(&live, fields.as_object()?)))
+}
+
+/// [`take_live_digest`] of an object as JSON (an API server's answer).
+pub fn live_digest_of_json(o: &Value) -> Option<String> {
+    let fields = o
+        .pointer("/metadata/managedFields")?
+        .as_array()?
+        .iter()
+        .find(|e| {
+            applied_by_shardgate(
+                e["manager"].as_str(),
+                e["operation"].as_str(),
+                e["subresource"].as_str(),
+            )
+        })?
+        .get("fieldsV1")?
+        .as_object()?;
+    Some(digest(&project(o, fields)))
+}
+
+fn applied_by_shardgate(manager: Option<&str>, operation: Option<&str>, sub: Option<&str>) -> bool {
+    manager == Some(FIELD_MANAGER) && operation == Some("Apply") && sub.unwrap_or("").is_empty()
+}
+
+/// The first 16 bytes of the SHA-256 of `v`'s canonical form, in hex.
+pub fn digest(v: &Value) -> String {
+    let mut hasher = Sha256::new();
+    let mut ser = serde_json::Serializer::new(&mut hasher);
+    Canonical {
+        value: v,
+        at: Level::Root,
+    }
+    .serialize(&mut ser)
+    .expect("JSON serializes");
+    let digest = hasher.finalize();
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+/// `live` restricted to the fields in `fields` (the `fieldsV1` form:
+/// `f:<name>` a field, `k:<json>` a list item by its key fields, `v:<json>`
+/// a set item, `i:<n>` a list item by index, `.` the node itself). A node
+/// with no children in the set is owned whole.
+fn project(live: &Value, fields: &Map<String, Value>) -> Value {
+    let children = || fields.iter().filter(|(k, _)| k.as_str() != ".");
+    if children().next().is_none() {
+        return live.clone();
+    }
+    let owned = |sub: &Value| sub.as_object().cloned().unwrap_or_default();
+    match live {
+        Value::Object(m) => Value::Object(
+            children()
+                .filter_map(|(k, sub)| {
+                    let name = k.strip_prefix("f:")?;
+                    Some((name.to_string(), project(m.get(name)?, &owned(sub))))
+                })
+                .collect(),
+        ),
+        Value::Array(items) => {
+            let selectors: Vec<(Selector, Map<String, Value>)> = children()
+                .filter_map(|(k, sub)| Some((Selector::parse(k)?, owned(sub))))
+                .collect();
+            Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, item)| {
+                        let (_, sub) = selectors.iter().find(|(s, _)| s.selects(i, item))?;
+                        Some(project(item, sub))
+                    })
+                    .collect(),
+            )
+        }
+        scalar => scalar.clone(),
+    }
+}
+
+/// How `fieldsV1` names a list item.
+enum Selector {
+    Key(Map<String, Value>),
+    Value(Value),
+    Index(usize),
+}
+
+impl Selector {
+    fn parse(k: &str) -> Option<Selector> {
+        if let Some(key) = k.strip_prefix("k:") {
+            match serde_json::from_str(key).ok()? {
+                Value::Object(m) => Some(Selector::Key(m)),
+                _ => None,
+            }
+        } else if let Some(v) = k.strip_prefix("v:") {
+            serde_json::from_str(v).ok().map(Selector::Value)
+        } else {
+            k.strip_prefix("i:")?.parse().ok().map(Selector::Index)
+        }
+    }
+
+    fn selects(&self, index: usize, item: &Value) -> bool {
+        match self {
+            Selector::Key(key) => key.iter().all(|(f, v)| item.get(f) == Some(v)),
+            Selector::Value(v) => item == v,
+            Selector::Index(i) => *i == index,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Root,
+    Metadata,
+    Inner,
+}
+
+/// `value` in the canonical form, streamed (nothing is copied).
+struct Canonical<'a> {
+    value: &'a Value,
+    at: Level,
+}
+
+impl Serialize for Canonical<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.value {
+            Value::Object(m) => {
+                let mut map = s.serialize_map(None)?;
+                for (k, v) in m {
+                    let identity = match self.at {
+                        Level::Root => k == "apiVersion" || k == "kind",
+                        Level::Metadata => k == "name" || k == "namespace",
+                        Level::Inner => false,
+                    };
+                    if identity || blank(v) {
+                        continue;
+                    }
+                    let at = if self.at == Level::Root && k == "metadata" {
+                        Level::Metadata
+                    } else {
+                        Level::Inner
+                    };
+                    map.serialize_entry(k, &Canonical { value: v, at })?;
+                }
+                map.end()
+            }
+            Value::Array(items) => s.collect_seq(items.iter().map(|value| Canonical {
+                value,
+                at: Level::Inner,
+            })),
+            scalar => scalar.serialize(s),
+        }
+    }
+}
+
+/// Null, or a list or object with nothing but blanks in it.
+fn blank(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(items) => items.is_empty(),
+        Value::Object(m) => m.values().all(blank),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{digest, live_digest_of_json, project};
+    use serde_json::{Value, json};
+
+    /// What an API server holds after shardgate applied `applied` and the
+    /// server defaulted `protocol` and `targetPort`, and another manager
+    /// added a label and a port.
+    fn live() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "s", "namespace": "n", "resourceVersion": "7",
+                "labels": {"app": "v", "zone": "a"},
+                "managedFields": [
+                    {"manager": "shardgate", "operation": "Apply", "fieldsV1": {
+                        "f:metadata": {"f:labels": {"f:app": {}}},
+                        "f:spec": {"f:ports": {
+                            "k:{\"port\":6379,\"protocol\":\"TCP\"}": {".": {}, "f:name": {}, "f:port": {}, "f:nodePort": {}}
+                        }, "f:selector": {}, "f:type": {}}}},
+                    {"manager": "other", "operation": "Update", "fieldsV1": {
+                        "f:metadata": {"f:labels": {"f:zone": {}}},
+                        "f:spec": {"f:ports": {"k:{\"port\":9000,\"protocol\":\"TCP\"}": {}}}}}
+                ]},
+            "spec": {"type": "NodePort", "selector": {"app": "v", "node": "0"}, "clusterIP": "10.0.0.1",
+                "ports": [
+                    {"name": "n0", "port": 6379, "protocol": "TCP", "targetPort": 6379, "nodePort": 30001},
+                    {"name": "x", "port": 9000, "protocol": "TCP", "targetPort": 9000}
+                ]},
+            "status": {"loadBalancer": {}}
+        })
+    }
+
+    fn applied() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "s", "namespace": "n", "labels": {"app": "v"}, "annotations": {}},
+            "spec": {"type": "NodePort", "selector": {"app": "v", "node": "0"},
+                "ports": [{"name": "n0", "port": 6379, "nodePort": 30001}]}
+        })
+    }
+
+    #[test]
+    fn the_projection_is_what_shardgate_applied() {
+        assert_eq!(live_digest_of_json(&live()), Some(digest(&applied())));
+    }
+
+    #[test]
+    fn a_changed_or_removed_field_changes_the_digest() {
+        let want = digest(&applied());
+        // Another manager took a field over: it left shardgate's set.
+        let mut taken = live();
+        taken["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("f:type");
+        taken["spec"]["type"] = "ClusterIP".into();
+        assert_ne!(live_digest_of_json(&taken), Some(want.clone()));
+        // A field gone from the object.
+        let mut removed = live();
+        removed["spec"]["ports"].as_array_mut().unwrap().remove(0);
+        assert_ne!(live_digest_of_json(&removed), Some(want.clone()));
+        // The desired object changed.
+        let mut desired = applied();
+        desired["spec"]["ports"][0]["nodePort"] = 30002.into();
+        assert_ne!(live_digest_of_json(&live()), Some(digest(&desired)));
+    }
+
+    #[test]
+    fn no_apply_entry_no_digest() {
+        let mut v = live();
+        v["metadata"]["managedFields"][0]["operation"] = "Update".into();
+        assert_eq!(live_digest_of_json(&v), None);
+    }
+
+    #[test]
+    fn list_items_are_selected_by_key_value_or_index() {
+        let fields = json!({"f:a": {"v:\"x\"": {}, "i:2": {}}})
+            .as_object()
+            .unwrap()
+            .clone();
+        let live = json!({"a": ["x", "y", "z"], "b": 1});
+        assert_eq!(project(&live, &fields), json!({"a": ["x", "z"]}));
+    }
+}
