@@ -52,7 +52,7 @@ pub fn take_live_digest<K: Resource + Serialize>(o: &mut K) -> Option<String> {
         .0;
     // Without its managed fields, which are as large as the object.
     let live = serde_json::to_value(&*o).ok()?;
-    Some(digest(&project(&live, fields.as_object()?)))
+    Some(projected_digest(&live, fields.as_object()?))
 }
 
 /// [`take_live_digest`] of an object as JSON (an API server's answer).
@@ -70,7 +70,7 @@ pub fn live_digest_of_json(o: &Value) -> Option<String> {
         })?
         .get("fieldsV1")?
         .as_object()?;
-    Some(digest(&project(o, fields)))
+    Some(projected_digest(o, fields))
 }
 
 fn applied_by_shardgate(manager: Option<&str>, operation: Option<&str>, sub: Option<&str>) -> bool {
@@ -79,53 +79,129 @@ fn applied_by_shardgate(manager: Option<&str>, operation: Option<&str>, sub: Opt
 
 /// The first 16 bytes of the SHA-256 of `v`'s canonical form, in hex.
 pub fn digest(v: &Value) -> String {
-    let mut hasher = Sha256::new();
-    let mut ser = serde_json::Serializer::new(&mut hasher);
-    Canonical {
+    sha256_hex(&Canonical {
         value: v,
         at: Level::Root,
-    }
-    .serialize(&mut ser)
-    .expect("JSON serializes");
+    })
+}
+
+/// The digest of `live` projected onto `fields`: equal to [`digest`] of the
+/// projection.
+fn projected_digest(live: &Value, fields: &Map<String, Value>) -> String {
+    sha256_hex(&Projected {
+        live,
+        fields: Some(fields),
+        at: Level::Root,
+    })
+}
+
+fn sha256_hex(v: &impl Serialize) -> String {
+    let mut hasher = Sha256::new();
+    v.serialize(&mut serde_json::Serializer::new(&mut hasher))
+        .expect("JSON serializes");
     let digest = hasher.finalize();
     digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
-/// `live` restricted to the fields in `fields` (the `fieldsV1` form:
-/// `f:<name>` a field, `k:<json>` a list item by its key fields, `v:<json>`
-/// a set item, `i:<n>` a list item by index, `.` the node itself). A node
-/// with no children in the set is owned whole.
-fn project(live: &Value, fields: &Map<String, Value>) -> Value {
-    let children = || fields.iter().filter(|(k, _)| k.as_str() != ".");
-    if children().next().is_none() {
-        return live.clone();
+/// The owned part of `live`: `fields` in the `fieldsV1` form (`f:<name>` a
+/// field, `k:<json>` a list item by its key fields, `v:<json>` a set item,
+/// `i:<n>` a list item by index, `.` the node itself); `None`, or a node
+/// with no children in the set, is owned whole. Streamed in the canonical
+/// form: the projection is never built.
+struct Projected<'a> {
+    live: &'a Value,
+    fields: Option<&'a Map<String, Value>>,
+    at: Level,
+}
+
+impl<'a> Projected<'a> {
+    /// The owned children of an object node: `None` if it is owned whole.
+    fn owned_children(&self) -> Option<impl Iterator<Item = (&'a String, &'a Value)>> {
+        let fields = self.fields?;
+        let mut children = fields.iter().filter(|(k, _)| k.as_str() != ".").peekable();
+        children.peek()?;
+        Some(children)
     }
-    let owned = |sub: &Value| sub.as_object().cloned().unwrap_or_default();
-    match live {
-        Value::Object(m) => Value::Object(
-            children()
-                .filter_map(|(k, sub)| {
-                    let name = k.strip_prefix("f:")?;
-                    Some((name.to_string(), project(m.get(name)?, &owned(sub))))
-                })
-                .collect(),
-        ),
-        Value::Array(items) => {
-            let selectors: Vec<(Selector, Map<String, Value>)> = children()
-                .filter_map(|(k, sub)| Some((Selector::parse(k)?, owned(sub))))
-                .collect();
-            Value::Array(
-                items
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, item)| {
-                        let (_, sub) = selectors.iter().find(|(s, _)| s.selects(i, item))?;
-                        Some(project(item, sub))
-                    })
-                    .collect(),
-            )
+
+    /// The owned fields of an object, by name, with their sub-sets.
+    fn object_fields(
+        &self,
+        m: &'a Map<String, Value>,
+        children: impl Iterator<Item = (&'a String, &'a Value)>,
+    ) -> impl Iterator<Item = (&'a String, Projected<'a>)> {
+        let at = self.at;
+        children.filter_map(move |(k, sub)| {
+            let name = k.strip_prefix("f:")?;
+            let (name, live) = m.get_key_value(name)?;
+            let identity = match at {
+                Level::Root => name == "apiVersion" || name == "kind",
+                Level::Metadata => name == "name" || name == "namespace",
+                Level::Inner => false,
+            };
+            let inner = if at == Level::Root && name == "metadata" {
+                Level::Metadata
+            } else {
+                Level::Inner
+            };
+            let child = Projected {
+                live,
+                fields: sub.as_object(),
+                at: inner,
+            };
+            (!identity && !child.blank()).then_some((name, child))
+        })
+    }
+
+    /// The owned items of a list, in the list's order.
+    fn list_items(
+        items: &'a [Value],
+        children: impl Iterator<Item = (&'a String, &'a Value)>,
+    ) -> impl Iterator<Item = Projected<'a>> {
+        let selectors: Vec<(Selector, Option<&'a Map<String, Value>>)> = children
+            .filter_map(|(k, sub)| Some((Selector::parse(k)?, sub.as_object())))
+            .collect();
+        items.iter().enumerate().filter_map(move |(i, item)| {
+            let (_, fields) = selectors.iter().find(|(s, _)| s.selects(i, item))?;
+            Some(Projected {
+                live: item,
+                fields: *fields,
+                at: Level::Inner,
+            })
+        })
+    }
+
+    fn blank(&self) -> bool {
+        let Some(children) = self.owned_children() else {
+            return blank(self.live);
+        };
+        match self.live {
+            Value::Object(m) => self.object_fields(m, children).next().is_none(),
+            Value::Array(items) => Self::list_items(items, children).next().is_none(),
+            scalar => blank(scalar),
         }
-        scalar => scalar.clone(),
+    }
+}
+
+impl Serialize for Projected<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Some(children) = self.owned_children() else {
+            return Canonical {
+                value: self.live,
+                at: self.at,
+            }
+            .serialize(s);
+        };
+        match self.live {
+            Value::Object(m) => {
+                let mut map = s.serialize_map(None)?;
+                for (name, child) in self.object_fields(m, children) {
+                    map.serialize_entry(name, &child)?;
+                }
+                map.end()
+            }
+            Value::Array(items) => s.collect_seq(Self::list_items(items, children)),
+            scalar => scalar.serialize(s),
+        }
     }
 }
 
@@ -216,7 +292,7 @@ fn blank(v: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{digest, live_digest_of_json, project};
+    use super::{digest, live_digest_of_json, projected_digest};
     use serde_json::{Value, json};
 
     /// What an API server holds after shardgate applied `applied` and the
@@ -295,6 +371,10 @@ mod tests {
             .unwrap()
             .clone();
         let live = json!({"a": ["x", "y", "z"], "b": 1});
-        assert_eq!(project(&live, &fields), json!({"a": ["x", "z"]}));
+        assert_eq!(
+            projected_digest(&live, &fields),
+            digest(&json!({"a": ["x", "z"]}))
+        );
+        assert_ne!(projected_digest(&live, &fields), digest(&live));
     }
 }
