@@ -333,18 +333,9 @@ async fn controller(
 /// each a fifth of the size.
 const LIST_PAGE_SIZE: u32 = 100;
 
-/// Touched objects a watch may have decoded and cached ahead of the
-/// controller.
-const WATCH_AHEAD: usize = 1024;
-
 /// A watch of one kind of managed object, reflected into a store and a
 /// by-cluster index; `trim` drops what the operator never reads before it
 /// is cached. Returns the store and the stream of touched objects.
-///
-/// Each watch runs in its own task: decoding and trimming (the owned-fields
-/// digest) then use another core instead of the controller's task, which
-/// polls every stream it is given. The task ends when the controller drops
-/// the stream.
 fn indexed<K>(
     api: Api<K>,
     config: &watcher::Config,
@@ -374,30 +365,12 @@ where
         })
         .reflect(writer)
         .touched_objects();
-    let (tx, rx) = tokio::sync::mpsc::channel(WATCH_AHEAD);
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        loop {
-            let item = tokio::select! {
-                item = stream.next() => item,
-                () = tx.closed() => None,
-            };
-            let Some(item) = item else { break };
-            if tx.send(item).await.is_err() {
-                break;
-            }
-        }
-    });
-    let touched = futures::stream::unfold(rx, |mut rx| async move {
-        let item = rx.recv().await?;
-        Some((item, rx))
-    });
     (
         index::Indexed {
             store,
             index: by_cluster,
         },
-        touched,
+        stream,
     )
 }
 
