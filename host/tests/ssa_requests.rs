@@ -10,6 +10,7 @@ use kube::client::Body;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use shardgate::operator::apply::{self, APPLIED_HASH, Applied, Recent};
+use tower_test::mock::Handle;
 
 fn service() -> Service {
     Service {
@@ -30,6 +31,29 @@ fn service() -> Service {
         }),
         status: None,
     }
+}
+
+/// Asserts that no request arrives within `ms` milliseconds.
+async fn nothing_sent(handle: &mut Handle<Request<Body>, Response<Body>>, ms: u64) {
+    let next = tokio::time::timeout(Duration::from_millis(ms), handle.next_request());
+    assert!(next.await.is_err(), "a request was sent");
+}
+
+/// The body shardgate sends to create [`service`].
+async fn sent_apply() -> serde_json::Value {
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let (empty, _w) = reflector::store::<Service>();
+    let capture = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.unwrap();
+        let body = request.into_body().collect_bytes().await.unwrap();
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+    });
+    apply::apply(&client, &empty, &Recent::default(), &service())
+        .await
+        .unwrap();
+    capture.await.unwrap()
 }
 
 #[tokio::test]
@@ -59,11 +83,7 @@ async fn apply_sends_one_forced_server_side_apply_with_our_field_manager() {
         assert!(sent["metadata"]["annotations"][APPLIED_HASH].is_string());
         send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
         // Nothing else is sent.
-        assert!(
-            tokio::time::timeout(Duration::from_millis(200), handle.next_request())
-                .await
-                .is_err()
-        );
+        nothing_sent(&mut handle, 200).await;
     });
     let result = apply::apply(&client, &store, &recent, &service())
         .await
@@ -81,19 +101,7 @@ async fn an_object_already_in_place_sends_nothing() {
 
     // What the API server stores after our apply: our fields, our hash, and
     // fields it defaulted or other managers added.
-    let (probe_mock, mut probe) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let probe_client = kube::Client::new(probe_mock, "default");
-    let (empty, _w) = reflector::store::<Service>();
-    let capture = tokio::spawn(async move {
-        let (request, send) = probe.next_request().await.unwrap();
-        let body = request.into_body().collect_bytes().await.unwrap();
-        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
-        serde_json::from_slice::<serde_json::Value>(&body).unwrap()
-    });
-    apply::apply(&probe_client, &empty, &Recent::default(), &service())
-        .await
-        .unwrap();
-    let mut live = capture.await.unwrap();
+    let mut live = sent_apply().await;
     live["metadata"]["resourceVersion"] = "7".into();
     live["metadata"]["labels"] = serde_json::json!({"cloud.example.com/zone": "a"});
     live["spec"]["clusterIP"] = "10.96.0.10".into();
@@ -108,11 +116,7 @@ async fn an_object_already_in_place_sends_nothing() {
             .unwrap(),
         Applied::Unchanged
     );
-    assert!(
-        tokio::time::timeout(Duration::from_millis(100), handle.next_request())
-            .await
-            .is_err()
-    );
+    nothing_sent(&mut handle, 100).await;
 
     // A field we own changed by someone else: re-applied.
     let mut drifted = live;
@@ -144,12 +148,7 @@ async fn an_apply_the_cache_has_not_shown_yet_is_not_sent_twice() {
         let body = request.into_body().collect_bytes().await.unwrap();
         send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
         // The store never sees the object, yet nothing more is sent.
-        assert!(
-            tokio::time::timeout(Duration::from_millis(200), handle.next_request())
-                .await
-                .is_err(),
-            "applied again before the watch caught up"
-        );
+        nothing_sent(&mut handle, 200).await;
     });
     assert_eq!(
         apply::apply(&client, &store, &recent, &service())
@@ -175,19 +174,7 @@ async fn an_apply_the_cache_has_not_shown_yet_is_not_sent_twice() {
 async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
     use shardgate::operator::owned_fields::{self, CACHED_DIGEST};
 
-    let (probe_mock, mut probe) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let probe_client = kube::Client::new(probe_mock, "default");
-    let (empty, _w) = reflector::store::<Service>();
-    let capture = tokio::spawn(async move {
-        let (request, send) = probe.next_request().await.unwrap();
-        let body = request.into_body().collect_bytes().await.unwrap();
-        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
-        serde_json::from_slice::<serde_json::Value>(&body).unwrap()
-    });
-    apply::apply(&probe_client, &empty, &Recent::default(), &service())
-        .await
-        .unwrap();
-    let mut live = capture.await.unwrap();
+    let mut live = sent_apply().await;
     live["metadata"]["resourceVersion"] = "7".into();
     live["spec"]["ports"][0]["targetPort"] = 6379.into();
     live["metadata"]["managedFields"] = serde_json::json!([{
@@ -240,11 +227,7 @@ async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
             .unwrap(),
         Applied::Unchanged
     );
-    assert!(
-        tokio::time::timeout(Duration::from_millis(100), handle.next_request())
-            .await
-            .is_err()
-    );
+    nothing_sent(&mut handle, 100).await;
     // Someone else changed a field: repaired again.
     writer.apply_watcher_event(&watcher::Event::Apply(cached(
         &live,
