@@ -21,7 +21,6 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::owned_fields::{self, CACHED_DIGEST};
 
@@ -262,13 +261,9 @@ pub fn owned_by<K: Resource>(o: &K, cluster: &str, uid: &str) -> bool {
     labelled && controlled
 }
 
-/// The first 12 bytes of the SHA-256 of `v`'s compact JSON, in hex. The JSON
-/// is streamed into the hasher, not collected first.
+/// The first 12 bytes of the SHA-256 of `v`'s compact JSON, in hex.
 fn hash(v: &Value) -> String {
-    let mut hasher = Sha256::new();
-    serde_json::to_writer(&mut hasher, v).expect("JSON serializes");
-    let digest = hasher.finalize();
-    digest.iter().take(12).map(|b| format!("{b:02x}")).collect()
+    owned_fields::sha256_hex(v, 12)
 }
 
 /// True if every field of `want` is in `have` with the same value. Objects

@@ -79,28 +79,36 @@ fn applied_by_shardgate(manager: Option<&str>, operation: Option<&str>, sub: Opt
 
 /// The first 16 bytes of the SHA-256 of `v`'s canonical form, in hex.
 pub fn digest(v: &Value) -> String {
-    sha256_hex(&Canonical {
+    let canonical = Canonical {
         value: v,
         at: Level::Root,
-    })
+    };
+    sha256_hex(&canonical, 16)
 }
 
 /// The digest of `live` projected onto `fields`: equal to [`digest`] of the
 /// projection.
 fn projected_digest(live: &Value, fields: &Map<String, Value>) -> String {
-    sha256_hex(&Projected {
+    let projected = Projected {
         live,
         fields: Some(fields),
         at: Level::Root,
-    })
+    };
+    sha256_hex(&projected, 16)
 }
 
-fn sha256_hex(v: &impl Serialize) -> String {
+/// The first `bytes` bytes of the SHA-256 of `v`'s compact JSON, in hex.
+/// The JSON is streamed into the hasher, not collected first.
+pub(super) fn sha256_hex(v: &impl Serialize, bytes: usize) -> String {
     let mut hasher = Sha256::new();
     v.serialize(&mut serde_json::Serializer::new(&mut hasher))
         .expect("JSON serializes");
     let digest = hasher.finalize();
-    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    digest
+        .iter()
+        .take(bytes)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The owned part of `live`: `fields` in the `fieldsV1` form (`f:<name>` a
