@@ -14,9 +14,9 @@ use std::net::IpAddr;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
-    EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
-    ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, PodStatus,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+    SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -82,10 +82,10 @@ fn quantities(q: Option<&BTreeMap<String, Quantity>>) -> Vec<Pair> {
 
 /// The guest's input: the cluster, the objects it owns, and the names of the
 /// other clusters in its namespace.
-pub fn input<'a>(
+pub fn input<'a, P: PodView + 'a>(
     vc: &ValkeyCluster,
     services: impl IntoIterator<Item = &'a Service>,
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a P>,
     other_clusters: Vec<String>,
 ) -> Input {
     let name = vc.name_any();
@@ -164,13 +164,29 @@ pub fn observed_service(cluster: &str, svc: &Service) -> Option<m::ObservedServi
     })
 }
 
+/// What the snapshot reads of a Pod: its metadata and status. The
+/// operator's cache keeps only these (`operator::cached`).
+pub trait PodView {
+    fn pod_meta(&self) -> &ObjectMeta;
+    fn pod_status(&self) -> Option<&PodStatus>;
+}
+
+impl PodView for Pod {
+    fn pod_meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn pod_status(&self) -> Option<&PodStatus> {
+        self.status.as_ref()
+    }
+}
+
 /// A node's Pod: indices from its labels, host IP, readiness.
-pub fn observed_pod(cluster: &str, pod: &Pod) -> Option<m::ObservedPod> {
-    let meta = &pod.metadata;
+pub fn observed_pod(cluster: &str, pod: &impl PodView) -> Option<m::ObservedPod> {
+    let meta = pod.pod_meta();
     if !belongs_to(meta, cluster) {
         return None;
     }
-    let status = pod.status.as_ref();
+    let status = pod.pod_status();
     Some(m::ObservedPod {
         shard: label_index(meta, names::LABEL_SHARD)?,
         node: label_index(meta, names::LABEL_NODE)?,

@@ -120,11 +120,33 @@ impl Recent {
     }
 }
 
+/// A live object as the cache holds it: whole (a `k8s-openapi` object) or
+/// trimmed to what reconciles read ([`super::cached::Slim`]).
+pub trait Live: Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
+    /// The whole object as JSON, if the cache kept it whole: the only way
+    /// to find drift on an object that has no owned-fields digest.
+    fn whole(&self) -> Option<Value>;
+}
+
+macro_rules! live_whole {
+    ($($k:ty),*) => {$(
+        impl Live for $k {
+            fn whole(&self) -> Option<Value> {
+                Some(serde_json::to_value(self).expect("k8s objects serialize"))
+            }
+        }
+    )*};
+}
+live_whole!(
+    k8s_openapi::api::core::v1::Service,
+    k8s_openapi::api::core::v1::ConfigMap
+);
+
 /// Applies `desired` unless the live object in `store` already has it (or
 /// this process just applied it and the store has not caught up).
-pub async fn apply<K>(
+pub async fn apply<K, C>(
     client: &kube::Client,
-    store: &Store<K>,
+    store: &Store<C>,
     recent: &Recent,
     desired: &K,
 ) -> kube::Result<Applied>
@@ -134,6 +156,7 @@ where
         + Serialize
         + DeserializeOwned
         + std::fmt::Debug,
+    C: Live,
 {
     let name = desired.name_any();
     let namespace = desired.namespace().unwrap_or_default();
@@ -162,10 +185,9 @@ where
                 repair = Some(want);
                 in_place
             }
-            None => {
-                let live_json = serde_json::to_value(live.as_ref()).expect("k8s objects serialize");
-                contains(&live_json, &body)
-            }
+            // Cached without a digest: compared whole (the cache keeps
+            // such objects whole).
+            None => live.whole().is_some_and(|have| contains(&have, &body)),
         };
         if in_place {
             return Ok(Applied::Unchanged);
@@ -209,10 +231,11 @@ where
 }
 
 /// Deletes every object of `owned` (what the cluster owns in `namespace`,
-/// see [`owned_by`]) that is not in `keep`. Returns the names deleted.
-pub async fn prune<K>(
+/// see [`owned_by`], as cached) that is not in `keep`. Returns the names
+/// deleted.
+pub async fn prune<K, C: Resource>(
     client: &kube::Client,
-    owned: &[Arc<K>],
+    owned: &[Arc<C>],
     namespace: &str,
     keep: &std::collections::BTreeSet<String>,
 ) -> kube::Result<Vec<String>>

@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use super::cached::{CachedPod, CachedStatefulSet};
 use super::index::Indexed;
 use super::metrics::Metrics;
 use crate::crd::ValkeyCluster;
@@ -24,8 +24,8 @@ pub struct Stores {
     pub clusters: Store<ValkeyCluster>,
     pub services: Indexed<Service>,
     pub config_maps: Indexed<ConfigMap>,
-    pub stateful_sets: Indexed<StatefulSet>,
-    pub pods: Indexed<Pod>,
+    pub stateful_sets: Indexed<CachedStatefulSet>,
+    pub pods: Indexed<CachedPod>,
 }
 
 impl Stores {

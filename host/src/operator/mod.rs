@@ -8,6 +8,7 @@
 //! With leader election on, only the holder of the Lease runs the controller.
 
 pub mod apply;
+pub mod cached;
 pub mod context;
 pub mod http;
 pub mod index;
@@ -225,12 +226,16 @@ async fn controller(
         .any_semantic()
         .page_size(LIST_PAGE_SIZE);
 
-    let (services, service_stream) = indexed(api::<Service>(&client, ns), &managed, slim_service);
+    let (services, service_stream) =
+        indexed(api::<Service>(&client, ns), &managed, cached::service);
     let (config_maps, config_map_stream) =
-        indexed(api::<ConfigMap>(&client, ns), &managed, slim_config_map);
-    let (stateful_sets, stateful_set_stream) =
-        indexed(api::<StatefulSet>(&client, ns), &managed, slim_stateful_set);
-    let (pods, pod_stream) = indexed(api::<Pod>(&client, ns), &managed, slim_pod);
+        indexed(api::<ConfigMap>(&client, ns), &managed, cached::config_map);
+    let (stateful_sets, stateful_set_stream) = indexed(
+        api::<StatefulSet>(&client, ns),
+        &managed,
+        cached::stateful_set,
+    );
+    let (pods, pod_stream) = indexed(api::<Pod>(&client, ns), &managed, cached::pod);
 
     // Reconciles run concurrently up to a bound well inside the wasm
     // runtime's instance pool (one instance per in-flight guest call).
@@ -304,7 +309,7 @@ async fn controller(
         .owns_stream(service_stream)
         .owns_stream(config_map_stream)
         .owns_stream(stateful_set_stream)
-        .watches_stream(pod_stream, |pod: Pod| {
+        .watches_stream(pod_stream, |pod: cached::CachedPod| {
             let cluster = pod
                 .metadata
                 .labels
@@ -327,22 +332,23 @@ async fn controller(
 }
 
 /// Objects per page of a watch's initial list. A page is decoded whole,
-/// before [`slim`] trims its objects, and the four owned kinds list at once:
+/// before [`cached`] trims its objects, and the four owned kinds list at once:
 /// kube's default of 500 held ~50 MiB of untrimmed objects at the peak of a
 /// restart with 100 clusters (heaptrack). 100 costs 5x the list requests,
 /// each a fifth of the size.
 const LIST_PAGE_SIZE: u32 = 100;
 
 /// A watch of one kind of managed object, reflected into a store and a
-/// by-cluster index; `trim` drops what the operator never reads before it
-/// is cached. Returns the store and the stream of touched objects.
-fn indexed<K>(
+/// by-cluster index; `cache` turns each object into what the cache keeps
+/// (dropping what the operator never reads). Returns the store and the
+/// stream of touched objects.
+fn indexed<K, C>(
     api: Api<K>,
     config: &watcher::Config,
-    trim: fn(&mut K),
+    cache: fn(K) -> C,
 ) -> (
-    index::Indexed<K>,
-    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    index::Indexed<C>,
+    impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static,
 )
 where
     K: kube::Resource<DynamicType = ()>
@@ -350,14 +356,14 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
-        + Sync
         + 'static,
+    C: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
     let by_cluster = index::ByCluster::default();
     let stream = watcher(api, config.clone())
         .default_backoff()
-        .modify(trim)
+        .map_ok(move |event| cached_event(event, cache))
         // The index first: once the store says it is synced, so is the index.
         .inspect_ok({
             let by_cluster = by_cluster.clone();
@@ -374,59 +380,14 @@ where
     )
 }
 
-/// What no reconcile reads: the managed-fields bookkeeping (often as large
-/// as the object itself).
-fn slim<K: kube::Resource>(o: &mut K) {
-    o.meta_mut().managed_fields = None;
-}
-
-/// Replaces the managed fields with the digest of what shardgate applied
-/// ([`owned_fields`]), which is all drift detection needs. False if
-/// shardgate has no apply entry on `o`: then it is kept whole and compared
-/// whole.
-fn cache_owned_digest<K: kube::Resource + serde::Serialize>(o: &mut K) -> bool {
-    let digest = owned_fields::take_live_digest(o);
-    slim(o);
-    let Some(digest) = digest else {
-        return false;
-    };
-    o.meta_mut()
-        .annotations
-        .get_or_insert_default()
-        .insert(owned_fields::CACHED_DIGEST.into(), digest);
-    true
-}
-
-/// A Service's ports (and NodePorts) are read for the guest's snapshot, so
-/// its spec stays.
-fn slim_service(svc: &mut Service) {
-    cache_owned_digest(svc);
-}
-
-/// A ConfigMap's data is never read back, only compared.
-fn slim_config_map(cm: &mut ConfigMap) {
-    if cache_owned_digest(cm) {
-        cm.data = None;
-        cm.binary_data = None;
-    }
-}
-
-/// Only a StatefulSet's status (its update revision) is read back; its spec
-/// (the whole pod template) is only compared.
-fn slim_stateful_set(sts: &mut StatefulSet) {
-    if cache_owned_digest(sts) {
-        sts.spec = Default::default();
-    }
-}
-
-/// A Pod is read only for its labels, owner, IPs and readiness: its spec
-/// (the whole container template again) is dropped too.
-fn slim_pod(pod: &mut Pod) {
-    slim(pod);
-    pod.spec = None;
-    if let Some(status) = pod.status.as_mut() {
-        status.container_statuses = None;
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
+/// `event` with its objects as the cache keeps them.
+fn cached_event<K, C>(event: watcher::Event<K>, cache: fn(K) -> C) -> watcher::Event<C> {
+    use watcher::Event;
+    match event {
+        Event::Apply(o) => Event::Apply(cache(o)),
+        Event::Delete(o) => Event::Delete(cache(o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(cache(o)),
+        Event::InitDone => Event::InitDone,
     }
 }

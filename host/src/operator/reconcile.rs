@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::DeleteParams;
 use kube::api::{Api, Patch, PatchParams};
@@ -19,6 +19,7 @@ use shardgate_guest::model::{Desired, NodeRef, Severity, Step, Topology, Violati
 use tracing::{info, warn};
 
 use super::apply::{self, Applied, FIELD_MANAGER};
+use super::cached::{CachedPod, CachedStatefulSet};
 use super::context::Context;
 use super::valkey::{self as valkey_stage, Nodes};
 use crate::convert;
@@ -320,7 +321,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
     };
     if !announce_spreading {
         scope
-            .prune(
+            .prune::<Service, _>(
                 services,
                 "services",
                 "Service",
@@ -329,7 +330,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             )
             .await?;
         scope
-            .prune(
+            .prune::<StatefulSet, _>(
                 stateful_sets,
                 "statefulsets",
                 "StatefulSet",
@@ -338,7 +339,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             )
             .await?;
         scope
-            .prune(
+            .prune::<ConfigMap, _>(
                 &owned.config_maps,
                 "configmaps",
                 "ConfigMap",
@@ -389,8 +390,8 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
 /// (`controller-revision-hash` != the StatefulSet's `updateRevision`).
 fn mark_outdated(
     cluster: &str,
-    stateful_sets: &[Arc<StatefulSet>],
-    pods: &[Arc<Pod>],
+    stateful_sets: &[Arc<CachedStatefulSet>],
+    pods: &[Arc<CachedPod>],
     observed: &mut [shardgate_guest::model::ObservedPod],
 ) {
     let revisions: std::collections::BTreeMap<String, String> = stateful_sets
@@ -398,7 +399,7 @@ fn mark_outdated(
         .filter_map(|s| Some((s.uid()?, s.status.as_ref()?.update_revision.clone()?)))
         .collect();
     for pod in pods {
-        let Some(o) = convert::observed_pod(cluster, pod) else {
+        let Some(o) = convert::observed_pod(cluster, pod.as_ref()) else {
             continue;
         };
         let revision = pod
@@ -422,7 +423,7 @@ fn mark_outdated(
 async fn restart(
     ctx: &Context,
     namespace: &str,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
     at: NodeRef,
 ) -> Result<(), Error> {
     let cluster_pods = pods.iter().filter(|p| {
@@ -430,7 +431,8 @@ async fn restart(
             && p.labels().get(shardgate_guest::names::LABEL_NODE) == Some(&at.node.to_string())
     });
     for pod in cluster_pods {
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+        let api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(ctx.client.clone(), namespace);
         api.delete(&pod.name_any(), &DeleteParams::default())
             .await?;
         ctx.metrics.write("delete", "pods");
@@ -446,8 +448,8 @@ async fn restart(
 struct Owned {
     services: Vec<Arc<Service>>,
     config_maps: Vec<Arc<ConfigMap>>,
-    stateful_sets: Vec<Arc<StatefulSet>>,
-    pods: Vec<Arc<Pod>>,
+    stateful_sets: Vec<Arc<CachedStatefulSet>>,
+    pods: Vec<Arc<CachedPod>>,
 }
 
 impl Owned {
@@ -495,9 +497,9 @@ struct Scope<'a> {
 
 impl Scope<'_> {
     /// Prunes one kind, counting each delete and noting it for an Event.
-    async fn prune<K>(
+    async fn prune<K, C: Resource>(
         &self,
-        owned: &[Arc<K>],
+        owned: &[Arc<C>],
         resource: &'static str,
         kind: &str,
         keep: &BTreeSet<String>,
@@ -509,7 +511,7 @@ impl Scope<'_> {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        let names = apply::prune(&self.ctx.client, owned, self.namespace, keep).await?;
+        let names = apply::prune::<K, C>(&self.ctx.client, owned, self.namespace, keep).await?;
         for n in names {
             self.ctx.metrics.write("delete", resource);
             deleted.push(format!("{kind} {n}"));
@@ -563,14 +565,10 @@ fn note(
 }
 
 /// (ready pods, expected pods).
-fn input_pods_ready(
-    desired: &Desired,
-    pods: &[Arc<k8s_openapi::api::core::v1::Pod>],
-    cluster: &str,
-) -> (usize, usize) {
+fn input_pods_ready(desired: &Desired, pods: &[Arc<CachedPod>], cluster: &str) -> (usize, usize) {
     let ready = pods
         .iter()
-        .filter_map(|p| convert::observed_pod(cluster, p))
+        .filter_map(|p| convert::observed_pod(cluster, p.as_ref()))
         .filter(|p| {
             p.ready
                 && desired

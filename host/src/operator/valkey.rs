@@ -10,11 +10,10 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use shardgate_guest::model::{Desired, NodeRef, Step, ValkeyNode};
 use tracing::{debug, info};
 
-use crate::convert;
+use crate::convert::{self, PodView};
 use crate::valkey::{self, CLIENT_PORT, NodeClient};
 
 /// How long connecting to a node and each command may take in a reconcile.
@@ -38,12 +37,15 @@ impl Nodes {
     /// Connects to every ready pod of the cluster with a pod IP and reads
     /// its facts, all at once. A node that does not answer is left out (the
     /// guest then plans around it) and logged.
-    pub async fn observe<'a>(cluster: &str, pods: impl IntoIterator<Item = &'a Pod>) -> Self {
+    pub async fn observe<'a, P: PodView + 'a>(
+        cluster: &str,
+        pods: impl IntoIterator<Item = &'a P>,
+    ) -> Self {
         let targets: Vec<((u32, u32), IpAddr)> = pods
             .into_iter()
             .filter_map(|p| {
                 let o = convert::observed_pod(cluster, p)?;
-                let ip = p.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
+                let ip = p.pod_status()?.pod_ip.as_deref()?.parse().ok()?;
                 o.ready.then_some(((o.shard, o.node), ip))
             })
             .collect();
