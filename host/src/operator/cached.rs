@@ -192,8 +192,9 @@ pub fn config_map(mut cm: ConfigMap) -> ConfigMap {
     cm
 }
 
-/// A Pod as the cache keeps it: no spec, no container statuses, compact
-/// metadata. A Pod is never applied, so it is never compared.
+/// A Pod as the cache keeps it: compact metadata, and of its status the
+/// host IP, the pod IP and the `Ready` condition. A Pod is never applied,
+/// so it is never compared.
 pub fn pod(pod: Pod) -> CachedPod {
     let Pod {
         mut metadata,
@@ -204,10 +205,12 @@ pub fn pod(pod: Pod) -> CachedPod {
     Slim {
         metadata,
         status: status.map(|s| PodStatus {
-            container_statuses: None,
-            init_container_statuses: None,
-            ephemeral_container_statuses: None,
-            ..s
+            host_ip: s.host_ip,
+            pod_ip: s.pod_ip,
+            conditions: s
+                .conditions
+                .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect()),
+            ..PodStatus::default()
         }),
         whole: None,
     }
@@ -369,8 +372,10 @@ mod tests {
                 "valkey.io/shard-index": "1", "valkey.io/node-index": "2"},
                 "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
             "spec": {"containers": [{"name": "valkey"}]},
-            "status": {"hostIP": "10.0.0.1", "podIP": "10.1.0.1",
-                "conditions": [{"type": "Ready", "status": "True"}],
+            "status": {"hostIP": "10.0.0.1", "podIP": "10.1.0.1", "phase": "Running",
+                "podIPs": [{"ip": "10.1.0.1"}],
+                "conditions": [{"type": "PodScheduled", "status": "True"},
+                               {"type": "Ready", "status": "True"}],
                 "containerStatuses": [{"name": "valkey", "image": "i", "imageID": "",
                     "ready": true, "restartCount": 0}]}
         }))
@@ -378,8 +383,13 @@ mod tests {
         let cached = pod(p.clone());
         assert!(cached.metadata.managed_fields.is_none());
         let status = cached.pod_status().unwrap();
-        assert!(status.container_statuses.is_none());
+        assert!(status.container_statuses.is_none() && status.pod_ips.is_none());
+        assert!(status.phase.is_none());
         assert_eq!(status.pod_ip.as_deref(), Some("10.1.0.1"));
+        assert_eq!(status.host_ip.as_deref(), Some("10.0.0.1"));
+        let conditions = status.conditions.as_ref().unwrap();
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].type_, "Ready");
         let observed = crate::convert::observed_pod("c", &cached).unwrap();
         assert_eq!(
             (observed.shard, observed.node, observed.ready),
