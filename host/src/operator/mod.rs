@@ -240,13 +240,20 @@ async fn controller(
     // Reconciles run concurrently up to a bound well inside the wasm
     // runtime's instance pool (one instance per in-flight guest call).
     let concurrency = (crate::runtime::Runtime::MAX_INSTANCES / 4) as u16;
-    let controller = Controller::new(
+    // The clusters' cache, without their managed fields: nothing reads
+    // them, and a cluster's status (an endpoint per node) makes them large.
+    let (clusters, cluster_writer) = reflector::store();
+    let cluster_stream = watcher(
         api::<ValkeyCluster>(&client, ns),
         watcher::Config::default()
             .any_semantic()
             .page_size(LIST_PAGE_SIZE),
     )
-    .with_config(
+    .default_backoff()
+    .modify(|vc| vc.metadata.managed_fields = None)
+    .reflect(cluster_writer)
+    .applied_objects();
+    let controller = Controller::for_stream(cluster_stream, clusters).with_config(
         kube::runtime::controller::Config::default()
             .concurrency(concurrency)
             .debounce(options.debounce),
