@@ -14,9 +14,10 @@ use std::net::IpAddr;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
-    EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, PodStatus,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
-    SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    EnvVar, EnvVarSource, LoadBalancerIngress, ObjectFieldSelector, Pod, PodSecurityContext,
+    PodSpec, PodStatus, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -82,9 +83,9 @@ fn quantities(q: Option<&BTreeMap<String, Quantity>>) -> Vec<Pair> {
 
 /// The guest's input: the cluster, the objects it owns, and the names of the
 /// other clusters in its namespace.
-pub fn input<'a, P: PodView + 'a>(
+pub fn input<'a, S: ServiceView + 'a, P: PodView + 'a>(
     vc: &ValkeyCluster,
-    services: impl IntoIterator<Item = &'a Service>,
+    services: impl IntoIterator<Item = &'a S>,
     pods: impl IntoIterator<Item = &'a P>,
     other_clusters: Vec<String>,
 ) -> Input {
@@ -106,32 +107,65 @@ pub fn input<'a, P: PodView + 'a>(
     }
 }
 
-fn label_index(meta: &ObjectMeta, key: &str) -> Option<u32> {
-    meta.labels.as_ref()?.get(key)?.parse().ok()
+/// An object's labels, however it is held: a `k8s-openapi` object's label
+/// map, or the few labels the operator's cache keeps (`operator::cached`).
+pub trait Labelled {
+    fn label(&self, key: &str) -> Option<&str>;
 }
 
-fn belongs_to(meta: &ObjectMeta, cluster: &str) -> bool {
-    meta.labels
-        .as_ref()
-        .and_then(|l| l.get(names::LABEL_CLUSTER))
-        .is_some_and(|c| c == cluster)
+macro_rules! labelled_by_metadata {
+    ($($k:ty),*) => {$(
+        impl Labelled for $k {
+            fn label(&self, key: &str) -> Option<&str> {
+                self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+            }
+        }
+    )*};
+}
+labelled_by_metadata!(Pod, Service, ConfigMap, StatefulSet);
+
+fn label_index(o: &impl Labelled, key: &str) -> Option<u32> {
+    o.label(key)?.parse().ok()
+}
+
+fn belongs_to(o: &impl Labelled, cluster: &str) -> bool {
+    o.label(names::LABEL_CLUSTER) == Some(cluster)
+}
+
+/// What the snapshot reads of a Service: its labels, its ports and its
+/// load balancer's ingress.
+pub trait ServiceView: Labelled {
+    fn ports(&self) -> &[ServicePort];
+    fn ingress(&self) -> &[LoadBalancerIngress];
+}
+
+impl ServiceView for Service {
+    fn ports(&self) -> &[ServicePort] {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.ports.as_deref())
+            .unwrap_or_default()
+    }
+    fn ingress(&self) -> &[LoadBalancerIngress] {
+        self.status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_deref())
+            .unwrap_or_default()
+    }
 }
 
 /// A shard Service of `cluster`: it carries the cluster and shard labels and
 /// no node label (node headless Services carry one). Its ports are matched
 /// by name (`vk-n<i>`); others are ignored.
-pub fn observed_service(cluster: &str, svc: &Service) -> Option<m::ObservedService> {
-    let meta = &svc.metadata;
-    if !belongs_to(meta, cluster) || label_index(meta, names::LABEL_NODE).is_some() {
+pub fn observed_service(cluster: &str, svc: &impl ServiceView) -> Option<m::ObservedService> {
+    if !belongs_to(svc, cluster) || label_index(svc, names::LABEL_NODE).is_some() {
         return None;
     }
-    let shard = label_index(meta, names::LABEL_SHARD)?;
+    let shard = label_index(svc, names::LABEL_SHARD)?;
     let ports = svc
-        .spec
-        .as_ref()
-        .and_then(|s| s.ports.as_ref())
-        .into_iter()
-        .flatten()
+        .ports()
+        .iter()
         .filter_map(|p| {
             Some(m::ObservedPort {
                 node: names::parse_port_name(p.name.as_deref()?)?,
@@ -140,12 +174,8 @@ pub fn observed_service(cluster: &str, svc: &Service) -> Option<m::ObservedServi
         })
         .collect();
     let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
+        .ingress()
+        .iter()
         .filter_map(|i| {
             if let Some(ip) = i.ip.as_deref().and_then(parse_ip) {
                 Some(m::Ingress::Ip(ip))
@@ -164,17 +194,13 @@ pub fn observed_service(cluster: &str, svc: &Service) -> Option<m::ObservedServi
     })
 }
 
-/// What the snapshot reads of a Pod: its metadata and status. The
-/// operator's cache keeps only these (`operator::cached`).
-pub trait PodView {
-    fn pod_meta(&self) -> &ObjectMeta;
+/// What the snapshot reads of a Pod: its labels and status. The operator's
+/// cache keeps only these (`operator::cached`).
+pub trait PodView: Labelled {
     fn pod_status(&self) -> Option<&PodStatus>;
 }
 
 impl PodView for Pod {
-    fn pod_meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
     fn pod_status(&self) -> Option<&PodStatus> {
         self.status.as_ref()
     }
@@ -182,14 +208,13 @@ impl PodView for Pod {
 
 /// A node's Pod: indices from its labels, host IP, readiness.
 pub fn observed_pod(cluster: &str, pod: &impl PodView) -> Option<m::ObservedPod> {
-    let meta = pod.pod_meta();
-    if !belongs_to(meta, cluster) {
+    if !belongs_to(pod, cluster) {
         return None;
     }
     let status = pod.pod_status();
     Some(m::ObservedPod {
-        shard: label_index(meta, names::LABEL_SHARD)?,
-        node: label_index(meta, names::LABEL_NODE)?,
+        shard: label_index(pod, names::LABEL_SHARD)?,
+        node: label_index(pod, names::LABEL_NODE)?,
         host_ip: status.and_then(|s| s.host_ip.as_deref()).and_then(parse_ip),
         ready: status
             .and_then(|s| s.conditions.as_ref())

@@ -10,6 +10,7 @@ use kube::client::Body;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use shardgate::operator::apply::{self, APPLIED_HASH, Applied, Recent};
+use shardgate::operator::cached::{self, CachedService, Entry};
 use tower_test::mock::Handle;
 
 fn service() -> Service {
@@ -43,7 +44,7 @@ async fn nothing_sent(handle: &mut Handle<Request<Body>, Response<Body>>, ms: u6
 async fn sent_apply() -> serde_json::Value {
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
-    let (empty, _w) = reflector::store::<Service>();
+    let (empty, _w) = reflector::store::<CachedService>();
     let capture = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.unwrap();
         let body = request.into_body().collect_bytes().await.unwrap();
@@ -61,7 +62,7 @@ async fn apply_sends_one_forced_server_side_apply_with_our_field_manager() {
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
     let recent = Recent::default();
-    let (store, _writer) = reflector::store::<Service>();
+    let (store, _writer) = reflector::store::<CachedService>();
     let server = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.expect("one request");
         assert_eq!(request.method(), http::Method::PATCH);
@@ -97,7 +98,7 @@ async fn an_object_already_in_place_sends_nothing() {
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
     let recent = Recent::default();
-    let (store, mut writer): (_, Writer<Service>) = reflector::store();
+    let (store, mut writer): (_, Writer<CachedService>) = reflector::store();
 
     // What the API server stores after our apply: our fields, our hash, and
     // fields it defaulted or other managers added.
@@ -108,7 +109,7 @@ async fn an_object_already_in_place_sends_nothing() {
     live["spec"]["ports"][0]["nodePort"] = 31000.into();
     live["spec"]["ports"][0]["targetPort"] = 6379.into();
     let live: Service = serde_json::from_value(live).unwrap();
-    writer.apply_watcher_event(&watcher::Event::Apply(live.clone()));
+    writer.apply_watcher_event(&watcher::Event::Apply(cached::service(live.clone())));
 
     assert_eq!(
         apply::apply(&client, &store, &recent, &service())
@@ -121,7 +122,7 @@ async fn an_object_already_in_place_sends_nothing() {
     // A field we own changed by someone else: re-applied.
     let mut drifted = live;
     drifted.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
-    writer.apply_watcher_event(&watcher::Event::Apply(drifted));
+    writer.apply_watcher_event(&watcher::Event::Apply(cached::service(drifted)));
     let server = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.expect("re-apply");
         assert_eq!(request.method(), http::Method::PATCH);
@@ -142,7 +143,7 @@ async fn an_apply_the_cache_has_not_shown_yet_is_not_sent_twice() {
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
     let recent = Recent::default();
-    let (store, _writer) = reflector::store::<Service>();
+    let (store, _writer) = reflector::store::<CachedService>();
     let server = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.expect("the first apply");
         let body = request.into_body().collect_bytes().await.unwrap();
@@ -172,8 +173,6 @@ async fn an_apply_the_cache_has_not_shown_yet_is_not_sent_twice() {
 /// loop. A later change by someone else is still repaired.
 #[tokio::test]
 async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
-    use shardgate::operator::owned_fields::{self, CACHED_DIGEST};
-
     let mut live = sent_apply().await;
     live["metadata"]["resourceVersion"] = "7".into();
     live["spec"]["ports"][0]["targetPort"] = 6379.into();
@@ -182,19 +181,13 @@ async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
         "fieldsV1": {"f:metadata": {"f:annotations": {"f:shardgate.io/applied-hash": {}}},
                      "f:spec": {"f:type": {}, "f:ports": {}}}
     }]);
-    let cached = |live: &serde_json::Value, digest: Option<String>| {
-        let mut svc: Service = serde_json::from_value(live.clone()).unwrap();
-        let computed = owned_fields::take_live_digest(&mut svc);
-        assert!(svc.metadata.managed_fields.is_none());
-        let digest = digest.or(computed).unwrap();
-        svc.metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(CACHED_DIGEST.into(), digest);
-        svc
+    let cached = |live: &serde_json::Value| {
+        let cached = cached::service(serde_json::from_value(live.clone()).unwrap());
+        assert!(cached.owned_digest().is_some(), "cached with its digest");
+        cached
     };
-    let (store, mut writer): (_, Writer<Service>) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Apply(cached(&live, None)));
+    let (store, mut writer): (_, Writer<CachedService>) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Apply(cached(&live)));
 
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
@@ -229,10 +222,9 @@ async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
     );
     nothing_sent(&mut handle, 100).await;
     // Someone else changed a field: repaired again.
-    writer.apply_watcher_event(&watcher::Event::Apply(cached(
-        &live,
-        Some("another state".into()),
-    )));
+    let mut changed = live.clone();
+    changed["spec"]["type"] = "ClusterIP".into();
+    writer.apply_watcher_event(&watcher::Event::Apply(cached(&changed)));
     let server = tokio::spawn(async move {
         let (_, send) = handle.next_request().await.expect("a second repair");
         send.send_response(

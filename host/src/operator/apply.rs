@@ -22,7 +22,9 @@ use serde::Serialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 
-use super::owned_fields::{self, CACHED_DIGEST};
+use super::cached::Entry;
+use super::owned_fields;
+use crate::convert::Labelled;
 
 /// The annotation holding the hash of what shardgate last applied.
 pub const APPLIED_HASH: &str = "shardgate.io/applied-hash";
@@ -120,28 +122,6 @@ impl Recent {
     }
 }
 
-/// A live object as the cache holds it: whole (a `k8s-openapi` object) or
-/// trimmed to what reconciles read ([`super::cached::Slim`]).
-pub trait Live: Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
-    /// The whole object as JSON, if the cache kept it whole: the only way
-    /// to find drift on an object that has no owned-fields digest.
-    fn whole(&self) -> Option<Value>;
-}
-
-macro_rules! live_whole {
-    ($($k:ty),*) => {$(
-        impl Live for $k {
-            fn whole(&self) -> Option<Value> {
-                Some(serde_json::to_value(self).expect("k8s objects serialize"))
-            }
-        }
-    )*};
-}
-live_whole!(
-    k8s_openapi::api::core::v1::Service,
-    k8s_openapi::api::core::v1::ConfigMap
-);
-
 /// Applies `desired` unless the live object in `store` already has it (or
 /// this process just applied it and the store has not caught up).
 pub async fn apply<K, C>(
@@ -156,7 +136,7 @@ where
         + Serialize
         + DeserializeOwned
         + std::fmt::Debug,
-    C: Live,
+    C: Entry,
 {
     let name = desired.name_any();
     let namespace = desired.namespace().unwrap_or_default();
@@ -168,20 +148,18 @@ where
 
     let live = store.get(&ObjectRef::new(&name).within(&namespace));
     let key = Recent::key::<K>(&namespace, &name);
-    let live_hash = live
-        .as_ref()
-        .and_then(|l| l.annotations().get(APPLIED_HASH));
+    let live_hash = live.as_ref().and_then(|l| l.applied_hash());
     // The desired owned-fields digest, when the live object has the same
     // hash (so it is only drift that would make it differ).
     let mut repair = None;
     if let Some(live) = &live
-        && live_hash == Some(&hash)
+        && live_hash == Some(hash.as_str())
     {
         recent.seen(&key);
-        let in_place = match live.annotations().get(CACHED_DIGEST) {
+        let in_place = match live.owned_digest() {
             Some(have) => {
                 let want = owned_fields::digest(&body);
-                let in_place = *have == want || recent.accepted(&key, &hash, have);
+                let in_place = have == want || recent.accepted(&key, &hash, have);
                 repair = Some(want);
                 in_place
             }
@@ -268,13 +246,8 @@ where
 
 /// Labelled as the cluster's AND controlled by the cluster's UID: anything
 /// else is never touched (upstream W16).
-pub fn owned_by<K: Resource>(o: &K, cluster: &str, uid: &str) -> bool {
-    let labelled = o
-        .meta()
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(shardgate_guest::names::LABEL_CLUSTER))
-        .is_some_and(|c| c == cluster);
+pub fn owned_by<K: Resource + Labelled>(o: &K, cluster: &str, uid: &str) -> bool {
+    let labelled = o.label(shardgate_guest::names::LABEL_CLUSTER) == Some(cluster);
     let controlled = o
         .meta()
         .owner_references

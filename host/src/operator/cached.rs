@@ -2,59 +2,128 @@
 //! reconcile reads. At 1,000 clusters of 10 shards x 3 nodes the caches hold
 //! 130,000 objects, so every field kept costs.
 //!
+//! - Every owned kind is cached as a [`Slim`]: trimmed metadata, the few
+//!   labels and annotations a reconcile reads in fixed slots ([`Marks`]),
+//!   and what is read of the spec and status. A `Pod` is 2.4 KB and a
+//!   `StatefulSet` 2.6 KB before any of their heap data (almost all of it
+//!   the inline `PodSpec`), and a label or annotation map costs a ~540-byte
+//!   B-tree node however few entries it has.
 //! - Drift is found through the digest of the fields shardgate applied
 //!   ([`super::owned_fields`]), so an object with shardgate's apply entry
-//!   is cached without the fields that only drift detection would read
-//!   (a StatefulSet's spec, a ConfigMap's data, a Service's selector) and
-//!   with its metadata trimmed to what is read ([`compact_meta`]). An
-//!   object without that entry is kept whole and compared whole.
-//! - A `Pod` is 2.4 KB and a `StatefulSet` 2.6 KB before any of their heap
-//!   data, almost all of it the inline `PodSpec` (1.5 KB). Both are cached
-//!   as a [`Slim`]: metadata and status.
+//!   is cached without the fields only drift detection would read (a
+//!   StatefulSet's spec, a ConfigMap's data, a Service's selector). An
+//!   object without that entry also keeps its whole self, to be compared
+//!   whole ([`Slim::whole`]).
 
 use std::borrow::Cow;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, LoadBalancerIngress, Pod, PodStatus, Service, ServicePort,
+};
 use kube::Resource;
 use kube::api::ObjectMeta;
+use serde::Serialize;
 use serde_json::Value;
 use shardgate_guest::names::{LABEL_CLUSTER, LABEL_NODE, LABEL_SHARD};
 
-use super::apply::{APPLIED_HASH, Live};
-use super::owned_fields::{self, CACHED_DIGEST};
-use crate::convert::PodView;
+use super::apply::APPLIED_HASH;
+use super::owned_fields;
+use crate::convert::{Labelled, PodView, ServiceView};
 
-/// The labels a reconcile reads: the cluster (ownership and the index),
-/// the node's indices, and a Pod's template revision.
-const LABELS_READ: [&str; 4] = [
-    LABEL_CLUSTER,
-    LABEL_SHARD,
-    LABEL_NODE,
-    "controller-revision-hash",
-];
-/// The annotations a reconcile reads.
-const ANNOTATIONS_READ: [&str; 2] = [APPLIED_HASH, CACHED_DIGEST];
+/// A Pod's template revision, set by the StatefulSet controller.
+pub const LABEL_REVISION: &str = "controller-revision-hash";
 
-/// A cached object of kind `K`: its metadata and status, and the whole
-/// object only when it has no owned-fields digest (shardgate never applied
-/// it, so drift can only be found by comparing it whole).
+/// A cached object as reconciles and [`super::apply`] read it.
+pub trait Entry: Labelled + Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
+    /// The hash of what shardgate last applied ([`APPLIED_HASH`]).
+    fn applied_hash(&self) -> Option<&str>;
+    /// The digest of the fields shardgate owns, as they are live; `None`
+    /// when shardgate has no apply entry on the object.
+    fn owned_digest(&self) -> Option<&str>;
+    /// The whole object as JSON, if the cache kept it whole: the only way
+    /// to find drift on an object that has no owned-fields digest.
+    fn whole(&self) -> Option<Value>;
+}
+
+/// The labels and annotations a reconcile reads, each in its own slot:
+/// the cluster (ownership and the index), the node's indices, a Pod's
+/// template revision, the applied hash, and the owned-fields digest
+/// computed when the object was cached.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Marks {
+    cluster: Option<Box<str>>,
+    shard: Option<Box<str>>,
+    node: Option<Box<str>>,
+    revision: Option<Box<str>>,
+    applied_hash: Option<Box<str>>,
+    owned_digest: Option<Box<str>>,
+}
+
+impl Marks {
+    /// Takes the marks out of `meta`'s label and annotation maps.
+    fn take(meta: &mut ObjectMeta, owned_digest: Option<String>) -> Self {
+        let mut labels = meta.labels.take().unwrap_or_default();
+        let mut annotations = meta.annotations.take().unwrap_or_default();
+        let mut label = |key: &str| labels.remove(key).map(String::into_boxed_str);
+        Marks {
+            cluster: label(LABEL_CLUSTER),
+            shard: label(LABEL_SHARD),
+            node: label(LABEL_NODE),
+            revision: label(LABEL_REVISION),
+            applied_hash: annotations.remove(APPLIED_HASH).map(String::into_boxed_str),
+            owned_digest: owned_digest.map(String::into_boxed_str),
+        }
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        match key {
+            LABEL_CLUSTER => self.cluster.as_deref(),
+            LABEL_SHARD => self.shard.as_deref(),
+            LABEL_NODE => self.node.as_deref(),
+            LABEL_REVISION => self.revision.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// A cached object of kind `K`: its trimmed metadata, its [`Marks`], what
+/// is read of its spec and status (`S`), and the whole object only when it
+/// has no owned-fields digest (shardgate never applied it, so drift can
+/// only be found by comparing it whole).
 ///
 /// `Deserialize` only because kube's `Controller::watches_stream` asks for
 /// it; a cache entry is always built from the decoded object ([`pod`],
-/// [`stateful_set`]).
+/// [`stateful_set`], [`service`], [`config_map`]).
 #[derive(Clone, Debug, serde::Deserialize)]
 pub struct Slim<K, S> {
+    /// Name, namespace, UID, resourceVersion and owner references: what
+    /// the reflector, kube's owner triggers and prune read.
     pub metadata: ObjectMeta,
-    pub status: Option<S>,
+    #[serde(skip)]
+    pub marks: Marks,
+    #[serde(skip)]
+    pub state: Option<S>,
     #[serde(skip)]
     pub whole: Option<Box<K>>,
 }
 
-/// A cached Pod: labels, owner, IPs and readiness.
+/// A cached Pod: its marks, owner, IPs and readiness.
 pub type CachedPod = Slim<Pod, PodStatus>;
-/// A cached StatefulSet: metadata (with the digest) and status.
+/// A cached StatefulSet: its marks and status.
 pub type CachedStatefulSet = Slim<StatefulSet, StatefulSetStatus>;
+/// A cached Service: its marks, ports and load-balancer ingress.
+pub type CachedService = Slim<Service, ServiceState>;
+/// A cached ConfigMap: its marks.
+pub type CachedConfigMap = Slim<ConfigMap, ()>;
+
+/// What a reconcile reads of a Service's spec and status.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServiceState {
+    /// Each port's name, port and NodePort.
+    pub ports: Vec<ServicePort>,
+    pub ingress: Vec<LoadBalancerIngress>,
+}
 
 impl<K, S> Resource for Slim<K, S>
 where
@@ -86,11 +155,23 @@ where
     }
 }
 
-impl<K, S> Live for Slim<K, S>
+impl<K, S> Labelled for Slim<K, S> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.marks.label(key)
+    }
+}
+
+impl<K, S> Entry for Slim<K, S>
 where
-    K: Resource<DynamicType = ()> + serde::Serialize + Clone + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Serialize + Clone + Send + Sync + 'static,
     S: Clone + Send + Sync + 'static,
 {
+    fn applied_hash(&self) -> Option<&str> {
+        self.marks.applied_hash.as_deref()
+    }
+    fn owned_digest(&self) -> Option<&str> {
+        self.marks.owned_digest.as_deref()
+    }
     fn whole(&self) -> Option<Value> {
         self.whole
             .as_ref()
@@ -99,139 +180,105 @@ where
 }
 
 impl PodView for CachedPod {
-    fn pod_meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
     fn pod_status(&self) -> Option<&PodStatus> {
-        self.status.as_ref()
+        self.state.as_ref()
     }
 }
 
-/// Replaces the managed fields with the digest of what shardgate applied,
-/// which is all drift detection needs, and trims the metadata to what is
-/// read. False if shardgate has no apply entry on `o`: then only the
-/// managed fields go, and the rest is kept to be compared whole.
-fn with_owned_digest<K: Resource + serde::Serialize>(o: &mut K) -> bool {
-    let digest = owned_fields::take_live_digest(o);
-    let meta = o.meta_mut();
-    meta.managed_fields = None;
-    let Some(digest) = digest else {
-        return false;
-    };
-    compact_meta(meta);
-    meta.annotations
-        .get_or_insert_default()
-        .insert(CACHED_DIGEST.into(), digest);
-    true
+impl ServiceView for CachedService {
+    fn ports(&self) -> &[ServicePort] {
+        self.state.as_ref().map_or(&[], |s| &s.ports)
+    }
+    fn ingress(&self) -> &[LoadBalancerIngress] {
+        self.state.as_ref().map_or(&[], |s| &s.ingress)
+    }
 }
 
-/// Keeps the metadata a reconcile, the reflector and kube's owner triggers
-/// read: name, namespace, UID, resourceVersion, owner references, and only
-/// the labels and annotations in [`LABELS_READ`] and [`ANNOTATIONS_READ`].
-fn compact_meta(meta: &mut ObjectMeta) {
+/// `o` as the cache keeps it: `state` picks what is read of its spec and
+/// status. Its managed fields give way to the digest of what shardgate
+/// applied; without that digest, and if `compared` (shardgate applies this
+/// kind), the whole object is kept beside the entry.
+fn slim<K, S>(mut o: K, compared: bool, state: impl FnOnce(&K) -> Option<S>) -> Slim<K, S>
+where
+    K: Resource + Serialize,
+{
+    let digest = owned_fields::take_live_digest(&mut o);
+    let state = state(&o);
+    let keep_whole = compared && digest.is_none();
+    let mut meta = if keep_whole {
+        o.meta().clone()
+    } else {
+        std::mem::take(o.meta_mut())
+    };
+    let marks = Marks::take(&mut meta, digest);
     let ObjectMeta {
         name,
         namespace,
         uid,
         resource_version,
         owner_references,
-        labels,
-        annotations,
         ..
-    } = std::mem::take(meta);
-    let keep = |map: Option<std::collections::BTreeMap<String, String>>, read: &[&str]| {
-        let kept: std::collections::BTreeMap<_, _> = map
-            .into_iter()
-            .flatten()
-            .filter(|(k, _)| read.contains(&k.as_str()))
-            .collect();
-        (!kept.is_empty()).then_some(kept)
-    };
-    *meta = ObjectMeta {
-        name,
-        namespace,
-        uid,
-        resource_version,
-        owner_references,
-        labels: keep(labels, &LABELS_READ),
-        annotations: keep(annotations, &ANNOTATIONS_READ),
-        ..ObjectMeta::default()
-    };
-}
-
-/// A Service as the cache keeps it. Its ports' names and NodePorts and its
-/// load-balancer status are read for the guest's snapshot; with a digest,
-/// nothing else of its spec is.
-pub fn service(mut svc: Service) -> Service {
-    if with_owned_digest(&mut svc) {
-        svc.spec = svc.spec.map(|spec| ServiceSpec {
-            ports: spec.ports.map(|ports| {
-                ports
-                    .into_iter()
-                    .map(|p| ServicePort {
-                        name: p.name,
-                        port: p.port,
-                        node_port: p.node_port,
-                        ..ServicePort::default()
-                    })
-                    .collect()
-            }),
-            ..ServiceSpec::default()
-        });
-    }
-    svc
-}
-
-/// A ConfigMap as the cache keeps it: with a digest, its data is never read
-/// back, only compared.
-pub fn config_map(mut cm: ConfigMap) -> ConfigMap {
-    if with_owned_digest(&mut cm) {
-        cm.data = None;
-        cm.binary_data = None;
-    }
-    cm
-}
-
-/// A Pod as the cache keeps it: compact metadata, and of its status the
-/// host IP, the pod IP and the `Ready` condition. A Pod is never applied,
-/// so it is never compared.
-pub fn pod(pod: Pod) -> CachedPod {
-    let Pod {
-        mut metadata,
-        status,
-        ..
-    } = pod;
-    compact_meta(&mut metadata);
+    } = meta;
     Slim {
-        metadata,
-        status: status.map(|s| PodStatus {
-            host_ip: s.host_ip,
-            pod_ip: s.pod_ip,
+        metadata: ObjectMeta {
+            name,
+            namespace,
+            uid,
+            resource_version,
+            owner_references,
+            ..ObjectMeta::default()
+        },
+        marks,
+        state,
+        whole: keep_whole.then(|| Box::new(o)),
+    }
+}
+
+/// A Service as the cache keeps it: its ports' names, ports and NodePorts
+/// and its load-balancer ingress are read for the guest's snapshot.
+pub fn service(svc: Service) -> CachedService {
+    slim(svc, true, |svc| {
+        Some(ServiceState {
+            ports: svc
+                .ports()
+                .iter()
+                .map(|p| ServicePort {
+                    name: p.name.clone(),
+                    port: p.port,
+                    node_port: p.node_port,
+                    ..ServicePort::default()
+                })
+                .collect(),
+            ingress: svc.ingress().to_vec(),
+        })
+    })
+}
+
+/// A ConfigMap as the cache keeps it: with a digest, its data is never
+/// read back, only compared.
+pub fn config_map(cm: ConfigMap) -> CachedConfigMap {
+    slim(cm, true, |_| None)
+}
+
+/// A Pod as the cache keeps it: of its status the host IP, the pod IP and
+/// the `Ready` condition. A Pod is never applied, so never compared.
+pub fn pod(pod: Pod) -> CachedPod {
+    slim(pod, false, |pod| {
+        pod.status.as_ref().map(|s| PodStatus {
+            host_ip: s.host_ip.clone(),
+            pod_ip: s.pod_ip.clone(),
             conditions: s
                 .conditions
-                .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect()),
+                .as_ref()
+                .map(|c| c.iter().filter(|c| c.type_ == "Ready").cloned().collect()),
             ..PodStatus::default()
-        }),
-        whole: None,
-    }
+        })
+    })
 }
 
-/// A StatefulSet as the cache keeps it: with shardgate's owned-fields
-/// digest, its metadata and status; without one, whole as well.
-pub fn stateful_set(mut sts: StatefulSet) -> CachedStatefulSet {
-    if with_owned_digest(&mut sts) {
-        Slim {
-            metadata: sts.metadata,
-            status: sts.status,
-            whole: None,
-        }
-    } else {
-        Slim {
-            metadata: sts.metadata.clone(),
-            status: sts.status.clone(),
-            whole: Some(Box::new(sts)),
-        }
-    }
+/// A StatefulSet as the cache keeps it: its status.
+pub fn stateful_set(sts: StatefulSet) -> CachedStatefulSet {
+    slim(sts, true, |sts| sts.status.clone())
 }
 
 #[cfg(test)]
@@ -295,15 +342,13 @@ mod tests {
             cached.metadata.owner_references.as_ref().unwrap()[0].uid,
             "u0"
         );
-        let labels = cached.metadata.labels.as_ref().unwrap();
-        assert_eq!(labels.keys().collect::<Vec<_>>(), ["valkey.io/cluster"]);
-        let annotations = cached.metadata.annotations.as_ref().unwrap();
+        assert!(cached.metadata.labels.is_none() && cached.metadata.annotations.is_none());
+        assert_eq!(cached.label(LABEL_CLUSTER), Some("c"));
+        assert_eq!(cached.label("a"), None, "not read");
+        assert_eq!(cached.applied_hash(), Some("h"));
+        assert!(cached.owned_digest().is_some());
         assert_eq!(
-            annotations.keys().collect::<Vec<_>>(),
-            [APPLIED_HASH, CACHED_DIGEST]
-        );
-        assert_eq!(
-            cached.status.and_then(|s| s.update_revision).as_deref(),
+            cached.state.and_then(|s| s.update_revision).as_deref(),
             Some("r1")
         );
     }
@@ -333,15 +378,16 @@ mod tests {
     fn a_cached_service_keeps_what_the_snapshot_reads() {
         let svc = live_service(true);
         let cached = service(svc.clone());
-        let spec = cached.spec.as_ref().unwrap();
-        assert!(spec.selector.is_none() && spec.cluster_ip.is_none());
-        let port = &spec.ports.as_ref().unwrap()[0];
+        assert!(cached.whole.is_none());
+        assert!(cached.owned_digest().is_some());
+        let port = &cached.ports()[0];
         assert_eq!(
             (port.name.as_deref(), port.port, port.node_port),
             (Some("vk-n0"), 6379, Some(30001))
         );
-        assert!(port.target_port.is_none());
-        assert_eq!(cached.status, svc.status);
+        assert!(port.target_port.is_none() && port.protocol.is_none());
+        assert_eq!(cached.ingress(), svc.ingress());
+        assert_eq!(cached.label(LABEL_SHARD), Some("0"));
         assert_eq!(
             crate::convert::observed_service("c", &cached),
             crate::convert::observed_service("c", &svc)
@@ -353,16 +399,39 @@ mod tests {
     fn a_service_shardgate_never_applied_is_kept_whole() {
         let svc = live_service(false);
         let cached = service(svc.clone());
+        assert!(cached.owned_digest().is_none());
+        let whole = Service {
+            metadata: ObjectMeta {
+                managed_fields: None,
+                ..svc.metadata
+            },
+            ..svc
+        };
+        assert_eq!(cached.whole.as_deref(), Some(&whole));
+        assert_eq!(cached.whole(), Some(serde_json::to_value(&whole).unwrap()));
         assert_eq!(
-            cached,
-            Service {
-                metadata: ObjectMeta {
-                    managed_fields: None,
-                    ..svc.metadata
-                },
-                ..svc
-            }
+            crate::convert::observed_service("c", &cached),
+            crate::convert::observed_service("c", &whole)
         );
+    }
+
+    #[test]
+    fn a_config_map_keeps_only_its_marks() {
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c-0-0", "namespace": "ns",
+                "labels": {"valkey.io/cluster": "c", "valkey.io/node-index": "0"},
+                "annotations": {"shardgate.io/applied-hash": "h"},
+                "managedFields": [{"manager": "shardgate", "operation": "Apply",
+                    "fieldsV1": {"f:data": {"f:valkey.conf": {}}}}]},
+            "data": {"valkey.conf": "port 6379"}
+        }))
+        .unwrap();
+        let cached = config_map(cm);
+        assert!(cached.whole.is_none() && cached.state.is_none());
+        assert_eq!(cached.label(LABEL_NODE), Some("0"));
+        assert_eq!(cached.label(LABEL_SHARD), None);
+        assert_eq!(cached.applied_hash(), Some("h"));
+        assert!(cached.owned_digest().is_some());
     }
 
     #[test]
@@ -382,6 +451,7 @@ mod tests {
         .unwrap();
         let cached = pod(p.clone());
         assert!(cached.metadata.managed_fields.is_none());
+        assert!(cached.whole.is_none(), "a Pod is never compared");
         let status = cached.pod_status().unwrap();
         assert!(status.container_statuses.is_none() && status.pod_ips.is_none());
         assert!(status.phase.is_none());

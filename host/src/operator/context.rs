@@ -5,11 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::cached::{CachedPod, CachedStatefulSet};
+use super::cached::{CachedConfigMap, CachedPod, CachedService, CachedStatefulSet};
 use super::index::Indexed;
 use super::metrics::Metrics;
 use crate::crd::ValkeyCluster;
@@ -22,8 +21,8 @@ use crate::runtime::CallError;
 #[derive(Clone)]
 pub struct Stores {
     pub clusters: Store<ValkeyCluster>,
-    pub services: Indexed<Service>,
-    pub config_maps: Indexed<ConfigMap>,
+    pub services: Indexed<CachedService>,
+    pub config_maps: Indexed<CachedConfigMap>,
     pub stateful_sets: Indexed<CachedStatefulSet>,
     pub pods: Indexed<CachedPod>,
 }

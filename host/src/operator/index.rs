@@ -15,6 +15,8 @@ use kube::ResourceExt;
 use kube::runtime::watcher;
 use shardgate_guest::names::LABEL_CLUSTER;
 
+use crate::convert::Labelled;
+
 type Key = (String, String);
 
 /// Object names by `(namespace, cluster label)`, for one kind.
@@ -51,13 +53,13 @@ impl Maps {
         }
     }
 
-    fn put<K: kube::Resource>(&mut self, o: &K) {
+    fn put<K: kube::Resource + Labelled>(&mut self, o: &K) {
         let (Some(namespace), name) = (o.namespace(), o.name_any()) else {
             return;
         };
         self.remove(&namespace, &name);
-        if let Some(cluster) = o.labels().get(LABEL_CLUSTER) {
-            let k = (namespace.clone(), cluster.clone());
+        if let Some(cluster) = o.label(LABEL_CLUSTER) {
+            let k = (namespace.clone(), cluster.to_string());
             self.names
                 .entry(k.clone())
                 .or_default()
@@ -69,7 +71,7 @@ impl Maps {
 
 impl ByCluster {
     /// Follows one watch event (call it for every event the store sees).
-    pub fn apply<K: kube::Resource>(&self, event: &watcher::Event<K>) {
+    pub fn apply<K: kube::Resource + Labelled>(&self, event: &watcher::Event<K>) {
         let mut inner = self.inner.write().unwrap();
         match event {
             watcher::Event::Apply(o) => inner.live.put(o),

@@ -34,6 +34,7 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::convert::Labelled;
 use crate::crd::ValkeyCluster;
 use crate::modules::{ModuleManager, Serving};
 use crate::reconciler::Reconciler;
@@ -317,13 +318,8 @@ async fn controller(
         .owns_stream(config_map_stream)
         .owns_stream(stateful_set_stream)
         .watches_stream(pod_stream, |pod: cached::CachedPod| {
-            let cluster = pod
-                .metadata
-                .labels
-                .as_ref()?
-                .get(shardgate_guest::names::LABEL_CLUSTER)?
-                .clone();
-            Some(ObjectRef::new(&cluster).within(pod.metadata.namespace.as_deref()?))
+            let cluster = pod.label(shardgate_guest::names::LABEL_CLUSTER)?;
+            Some(ObjectRef::new(cluster).within(pod.metadata.namespace.as_deref()?))
         })
         .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
@@ -364,7 +360,7 @@ where
         + std::fmt::Debug
         + Send
         + 'static,
-    C: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    C: kube::Resource<DynamicType = ()> + Labelled + Clone + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
     let by_cluster = index::ByCluster::default();

@@ -30,10 +30,6 @@ use sha2::{Digest, Sha256};
 
 use super::apply::FIELD_MANAGER;
 
-/// Where the cache keeps an object's owned-fields digest. It is written into
-/// this process's cached copy only, never sent to the API server.
-pub const CACHED_DIGEST: &str = "shardgate.io/cached-owned-fields-digest";
-
 /// Takes `o`'s managed fields away and returns the digest of the fields
 /// shardgate applied to it; `None` when shardgate has no apply entry on it
 /// (it never applied it, or something cleared the managed fields).

@@ -19,10 +19,10 @@ use shardgate_guest::model::{Desired, NodeRef, Severity, Step, Topology, Violati
 use tracing::{info, warn};
 
 use super::apply::{self, Applied, FIELD_MANAGER};
-use super::cached::{CachedPod, CachedStatefulSet};
+use super::cached::{CachedConfigMap, CachedPod, CachedService, CachedStatefulSet, LABEL_REVISION};
 use super::context::Context;
 use super::valkey::{self as valkey_stage, Nodes};
-use crate::convert;
+use crate::convert::{self, Labelled};
 use crate::crd::{ValkeyCluster, ValkeyClusterStatus};
 use crate::runtime::CallError;
 
@@ -396,7 +396,7 @@ fn mark_outdated(
 ) {
     let revisions: std::collections::BTreeMap<String, String> = stateful_sets
         .iter()
-        .filter_map(|s| Some((s.uid()?, s.status.as_ref()?.update_revision.clone()?)))
+        .filter_map(|s| Some((s.uid()?, s.state.as_ref()?.update_revision.clone()?)))
         .collect();
     for pod in pods {
         let Some(o) = convert::observed_pod(cluster, pod.as_ref()) else {
@@ -407,7 +407,7 @@ fn mark_outdated(
             .iter()
             .find(|r| r.controller == Some(true))
             .and_then(|r| revisions.get(&r.uid));
-        let current = pod.labels().get("controller-revision-hash");
+        let current = pod.label(LABEL_REVISION);
         let outdated = matches!((revision, current), (Some(r), Some(c)) if r != c);
         if let Some(p) = observed
             .iter_mut()
@@ -427,8 +427,8 @@ async fn restart(
     at: NodeRef,
 ) -> Result<(), Error> {
     let cluster_pods = pods.iter().filter(|p| {
-        p.labels().get(shardgate_guest::names::LABEL_SHARD) == Some(&at.shard.to_string())
-            && p.labels().get(shardgate_guest::names::LABEL_NODE) == Some(&at.node.to_string())
+        p.label(shardgate_guest::names::LABEL_SHARD) == Some(at.shard.to_string().as_str())
+            && p.label(shardgate_guest::names::LABEL_NODE) == Some(at.node.to_string().as_str())
     });
     for pod in cluster_pods {
         let api: Api<k8s_openapi::api::core::v1::Pod> =
@@ -446,15 +446,19 @@ async fn restart(
 /// only if a StatefulSet the cluster controls controls them, so a stray pod
 /// carrying the cluster's labels cannot inject a host IP.
 struct Owned {
-    services: Vec<Arc<Service>>,
-    config_maps: Vec<Arc<ConfigMap>>,
+    services: Vec<Arc<CachedService>>,
+    config_maps: Vec<Arc<CachedConfigMap>>,
     stateful_sets: Vec<Arc<CachedStatefulSet>>,
     pods: Vec<Arc<CachedPod>>,
 }
 
 impl Owned {
     fn of(stores: &super::Stores, namespace: &str, cluster: &str, uid: &str) -> Self {
-        fn owned<K: Resource>(objects: Vec<Arc<K>>, cluster: &str, uid: &str) -> Vec<Arc<K>> {
+        fn owned<K: Resource + Labelled>(
+            objects: Vec<Arc<K>>,
+            cluster: &str,
+            uid: &str,
+        ) -> Vec<Arc<K>> {
             objects
                 .into_iter()
                 .filter(|o| apply::owned_by(o.as_ref(), cluster, uid))
