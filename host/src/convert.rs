@@ -15,9 +15,8 @@ use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdate
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvVar, EnvVarSource, LoadBalancerIngress, ObjectFieldSelector, Pod, PodSecurityContext,
-    PodSpec, PodStatus, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction,
-    Volume, VolumeMount,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+    SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -194,15 +193,29 @@ pub fn observed_service(cluster: &str, svc: &impl ServiceView) -> Option<m::Obse
     })
 }
 
-/// What the snapshot reads of a Pod: its labels and status. The operator's
-/// cache keeps only these (`operator::cached`).
+/// What the snapshot reads of a Pod: its labels, IPs and readiness. The
+/// operator's cache keeps only these (`operator::cached`).
 pub trait PodView: Labelled {
-    fn pod_status(&self) -> Option<&PodStatus>;
+    fn host_ip(&self) -> Option<&str>;
+    fn pod_ip(&self) -> Option<&str>;
+    /// Its `Ready` condition is `True`.
+    fn ready(&self) -> bool;
 }
 
 impl PodView for Pod {
-    fn pod_status(&self) -> Option<&PodStatus> {
-        self.status.as_ref()
+    fn host_ip(&self) -> Option<&str> {
+        self.status.as_ref()?.host_ip.as_deref()
+    }
+    fn pod_ip(&self) -> Option<&str> {
+        self.status.as_ref()?.pod_ip.as_deref()
+    }
+    fn ready(&self) -> bool {
+        self.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
     }
 }
 
@@ -211,16 +224,11 @@ pub fn observed_pod(cluster: &str, pod: &impl PodView) -> Option<m::ObservedPod>
     if !belongs_to(pod, cluster) {
         return None;
     }
-    let status = pod.pod_status();
     Some(m::ObservedPod {
         shard: label_index(pod, names::LABEL_SHARD)?,
         node: label_index(pod, names::LABEL_NODE)?,
-        host_ip: status.and_then(|s| s.host_ip.as_deref()).and_then(parse_ip),
-        ready: status
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True"),
+        host_ip: pod.host_ip().and_then(parse_ip),
+        ready: pod.ready(),
         // Set by the operator, which knows the StatefulSet's revision.
         outdated: false,
     })

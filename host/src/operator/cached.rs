@@ -17,10 +17,8 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
-use k8s_openapi::api::core::v1::{
-    ConfigMap, LoadBalancerIngress, Pod, PodStatus, Service, ServicePort,
-};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, LoadBalancerIngress, Pod, Service, ServicePort};
 use kube::Resource;
 use kube::api::ObjectMeta;
 use serde::Serialize;
@@ -109,13 +107,30 @@ pub struct Slim<K, S> {
 }
 
 /// A cached Pod: its marks, owner, IPs and readiness.
-pub type CachedPod = Slim<Pod, PodStatus>;
-/// A cached StatefulSet: its marks and status.
-pub type CachedStatefulSet = Slim<StatefulSet, StatefulSetStatus>;
+pub type CachedPod = Slim<Pod, PodState>;
+/// A cached StatefulSet: its marks and update revision.
+pub type CachedStatefulSet = Slim<StatefulSet, StatefulSetState>;
 /// A cached Service: its marks, ports and load-balancer ingress.
 pub type CachedService = Slim<Service, ServiceState>;
 /// A cached ConfigMap: its marks.
 pub type CachedConfigMap = Slim<ConfigMap, ()>;
+
+/// What a reconcile reads of a Pod's status. (A `PodStatus` is 616 bytes
+/// before any of its heap data.)
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodState {
+    pub host_ip: Option<Box<str>>,
+    pub pod_ip: Option<Box<str>>,
+    /// Its `Ready` condition is `True`.
+    pub ready: bool,
+}
+
+/// What a reconcile reads of a StatefulSet's status: the revision its Pods
+/// should have.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StatefulSetState {
+    pub update_revision: Option<Box<str>>,
+}
 
 /// What a reconcile reads of a Service's spec and status.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -180,8 +195,14 @@ where
 }
 
 impl PodView for CachedPod {
-    fn pod_status(&self) -> Option<&PodStatus> {
-        self.state.as_ref()
+    fn host_ip(&self) -> Option<&str> {
+        self.state.as_ref()?.host_ip.as_deref()
+    }
+    fn pod_ip(&self) -> Option<&str> {
+        self.state.as_ref()?.pod_ip.as_deref()
+    }
+    fn ready(&self) -> bool {
+        self.state.as_ref().is_some_and(|s| s.ready)
     }
 }
 
@@ -261,24 +282,25 @@ pub fn config_map(cm: ConfigMap) -> CachedConfigMap {
 }
 
 /// A Pod as the cache keeps it: of its status the host IP, the pod IP and
-/// the `Ready` condition. A Pod is never applied, so never compared.
+/// readiness. A Pod is never applied, so never compared.
 pub fn pod(pod: Pod) -> CachedPod {
     slim(pod, false, |pod| {
-        pod.status.as_ref().map(|s| PodStatus {
-            host_ip: s.host_ip.clone(),
-            pod_ip: s.pod_ip.clone(),
-            conditions: s
-                .conditions
-                .as_ref()
-                .map(|c| c.iter().filter(|c| c.type_ == "Ready").cloned().collect()),
-            ..PodStatus::default()
+        Some(PodState {
+            host_ip: pod.host_ip().map(Box::from),
+            pod_ip: pod.pod_ip().map(Box::from),
+            ready: pod.ready(),
         })
     })
 }
 
-/// A StatefulSet as the cache keeps it: its status.
+/// A StatefulSet as the cache keeps it: its update revision.
 pub fn stateful_set(sts: StatefulSet) -> CachedStatefulSet {
-    slim(sts, true, |sts| sts.status.clone())
+    slim(sts, true, |sts| {
+        let revision = sts.status.as_ref()?.update_revision.as_deref();
+        Some(StatefulSetState {
+            update_revision: revision.map(Box::from),
+        })
+    })
 }
 
 #[cfg(test)]
@@ -452,19 +474,41 @@ mod tests {
         let cached = pod(p.clone());
         assert!(cached.metadata.managed_fields.is_none());
         assert!(cached.whole.is_none(), "a Pod is never compared");
-        let status = cached.pod_status().unwrap();
-        assert!(status.container_statuses.is_none() && status.pod_ips.is_none());
-        assert!(status.phase.is_none());
-        assert_eq!(status.pod_ip.as_deref(), Some("10.1.0.1"));
-        assert_eq!(status.host_ip.as_deref(), Some("10.0.0.1"));
-        let conditions = status.conditions.as_ref().unwrap();
-        assert_eq!(conditions.len(), 1);
-        assert_eq!(conditions[0].type_, "Ready");
+        assert_eq!(
+            cached.state,
+            Some(PodState {
+                host_ip: Some("10.0.0.1".into()),
+                pod_ip: Some("10.1.0.1".into()),
+                ready: true,
+            })
+        );
         let observed = crate::convert::observed_pod("c", &cached).unwrap();
         assert_eq!(
             (observed.shard, observed.node, observed.ready),
             (1, 2, true)
         );
         assert_eq!(Some(observed), crate::convert::observed_pod("c", &p));
+    }
+
+    #[test]
+    fn a_pod_is_ready_only_with_a_true_ready_condition() {
+        let with = |conditions: serde_json::Value| {
+            let p: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p"},
+                "status": {"podIP": "10.1.0.1", "conditions": conditions}
+            }))
+            .unwrap();
+            pod(p).ready()
+        };
+        assert!(!with(
+            serde_json::json!([{"type": "Ready", "status": "False"}])
+        ));
+        assert!(!with(
+            serde_json::json!([{"type": "ContainersReady", "status": "True"}])
+        ));
+        assert!(!with(serde_json::json!([])));
+        assert!(with(
+            serde_json::json!([{"type": "Ready", "status": "True"}])
+        ));
     }
 }

@@ -367,10 +367,11 @@ where
     let stream = watcher(api, config.clone())
         .default_backoff()
         .map_ok(move |event| cached_event(event, cache))
-        // The index first: once the store says it is synced, so is the index.
+        // The index first: once the store says it is synced, so is the
+        // index; and the store still shows where each object was indexed.
         .inspect_ok({
-            let by_cluster = by_cluster.clone();
-            move |event| by_cluster.apply(event)
+            let (by_cluster, store) = (by_cluster.clone(), store.clone());
+            move |event| by_cluster.apply(event, &store)
         })
         .reflect(writer)
         .touched_objects();

@@ -396,7 +396,12 @@ fn mark_outdated(
 ) {
     let revisions: std::collections::BTreeMap<String, String> = stateful_sets
         .iter()
-        .filter_map(|s| Some((s.uid()?, s.state.as_ref()?.update_revision.clone()?)))
+        .filter_map(|s| {
+            Some((
+                s.uid()?,
+                s.state.as_ref()?.update_revision.as_deref()?.to_string(),
+            ))
+        })
         .collect();
     for pod in pods {
         let Some(o) = convert::observed_pod(cluster, pod.as_ref()) else {

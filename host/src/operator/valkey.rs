@@ -45,7 +45,7 @@ impl Nodes {
             .into_iter()
             .filter_map(|p| {
                 let o = convert::observed_pod(cluster, p)?;
-                let ip = p.pod_status()?.pod_ip.as_deref()?.parse().ok()?;
+                let ip = p.pod_ip()?.parse().ok()?;
                 o.ready.then_some(((o.shard, o.node), ip))
             })
             .collect();
