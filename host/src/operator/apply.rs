@@ -24,7 +24,6 @@ use serde_json::Value;
 
 use super::cached::Entry;
 use super::owned_fields;
-use crate::convert::Labelled;
 
 /// The annotation holding the hash of what shardgate last applied.
 pub const APPLIED_HASH: &str = "shardgate.io/applied-hash";
@@ -246,15 +245,9 @@ where
 
 /// Labelled as the cluster's AND controlled by the cluster's UID: anything
 /// else is never touched (upstream W16).
-pub fn owned_by<K: Resource + Labelled>(o: &K, cluster: &str, uid: &str) -> bool {
-    let labelled = o.label(shardgate_guest::names::LABEL_CLUSTER) == Some(cluster);
-    let controlled = o
-        .meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.controller == Some(true) && r.uid == uid);
-    labelled && controlled
+pub fn owned_by(o: &impl Entry, cluster: &str, uid: &str) -> bool {
+    o.label(shardgate_guest::names::LABEL_CLUSTER) == Some(cluster)
+        && o.controller_uid() == Some(uid)
 }
 
 /// The first 12 bytes of the SHA-256 of `v`'s compact JSON, in hex.

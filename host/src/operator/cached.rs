@@ -34,6 +34,9 @@ pub const LABEL_REVISION: &str = "controller-revision-hash";
 
 /// A cached object as reconciles and [`super::apply`] read it.
 pub trait Entry: Labelled + Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
+    /// The UID of the object's controller (its owner reference marked
+    /// `controller`).
+    fn controller_uid(&self) -> Option<&str>;
     /// The hash of what shardgate last applied ([`APPLIED_HASH`]).
     fn applied_hash(&self) -> Option<&str>;
     /// The digest of the fields shardgate owns, as they are live; `None`
@@ -44,22 +47,26 @@ pub trait Entry: Labelled + Resource<DynamicType = ()> + Clone + Send + Sync + '
     fn whole(&self) -> Option<Value>;
 }
 
-/// The labels and annotations a reconcile reads, each in its own slot:
-/// the cluster (ownership and the index), the node's indices, a Pod's
-/// template revision, the applied hash, and the owned-fields digest
-/// computed when the object was cached.
+/// The labels, annotations and owner a reconcile reads, each in its own
+/// slot: the cluster (ownership, the index and what to reconcile when the
+/// object changes), the node's indices, a Pod's template revision, the
+/// controller's UID, the applied hash, and the owned-fields digest computed
+/// when the object was cached.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Marks {
     cluster: Option<Box<str>>,
     shard: Option<Box<str>>,
     node: Option<Box<str>>,
     revision: Option<Box<str>>,
+    /// The UID in the owner reference marked `controller`.
+    controller: Option<Box<str>>,
     applied_hash: Option<Box<str>>,
     owned_digest: Option<Box<str>>,
 }
 
 impl Marks {
-    /// Takes the marks out of `meta`'s label and annotation maps.
+    /// Takes the marks out of `meta`'s label and annotation maps and owner
+    /// references.
     fn take(meta: &mut ObjectMeta, owned_digest: Option<String>) -> Self {
         let mut labels = meta.labels.take().unwrap_or_default();
         let mut annotations = meta.annotations.take().unwrap_or_default();
@@ -69,6 +76,13 @@ impl Marks {
             shard: label(LABEL_SHARD),
             node: label(LABEL_NODE),
             revision: label(LABEL_REVISION),
+            controller: meta
+                .owner_references
+                .take()
+                .into_iter()
+                .flatten()
+                .find(|r| r.controller == Some(true))
+                .map(|r| r.uid.into_boxed_str()),
             applied_hash: annotations.remove(APPLIED_HASH).map(String::into_boxed_str),
             owned_digest: owned_digest.map(String::into_boxed_str),
         }
@@ -95,8 +109,8 @@ impl Marks {
 /// [`stateful_set`], [`service`], [`config_map`]).
 #[derive(Clone, Debug, serde::Deserialize)]
 pub struct Slim<K, S> {
-    /// Name, namespace, UID, resourceVersion and owner references: what
-    /// the reflector, kube's owner triggers and prune read.
+    /// Name, namespace and UID: what the reflector and prune read. (A
+    /// Pod's UID is never read, so a cached Pod has none.)
     pub metadata: ObjectMeta,
     #[serde(skip)]
     pub marks: Marks,
@@ -181,6 +195,9 @@ where
     K: Resource<DynamicType = ()> + Serialize + Clone + Send + Sync + 'static,
     S: Clone + Send + Sync + 'static,
 {
+    fn controller_uid(&self) -> Option<&str> {
+        self.marks.controller.as_deref()
+    }
     fn applied_hash(&self) -> Option<&str> {
         self.marks.applied_hash.as_deref()
     }
@@ -236,8 +253,6 @@ where
         name,
         namespace,
         uid,
-        resource_version,
-        owner_references,
         ..
     } = meta;
     Slim {
@@ -245,8 +260,6 @@ where
             name,
             namespace,
             uid,
-            resource_version,
-            owner_references,
             ..ObjectMeta::default()
         },
         marks,
@@ -284,13 +297,15 @@ pub fn config_map(cm: ConfigMap) -> CachedConfigMap {
 /// A Pod as the cache keeps it: of its status the host IP, the pod IP and
 /// readiness. A Pod is never applied, so never compared.
 pub fn pod(pod: Pod) -> CachedPod {
-    slim(pod, false, |pod| {
+    let mut cached = slim(pod, false, |pod| {
         Some(PodState {
             host_ip: pod.host_ip().map(Box::from),
             pod_ip: pod.pod_ip().map(Box::from),
             ready: pod.ready(),
         })
-    })
+    });
+    cached.metadata.uid = None;
+    cached
 }
 
 /// A StatefulSet as the cache keeps it: its update revision.
@@ -360,10 +375,9 @@ mod tests {
         assert!(cached.metadata.managed_fields.is_none());
         assert_eq!(cached.metadata.uid.as_deref(), Some("u1"));
         assert_eq!(cached.metadata.generation, None, "not read");
-        assert_eq!(
-            cached.metadata.owner_references.as_ref().unwrap()[0].uid,
-            "u0"
-        );
+        assert!(cached.metadata.owner_references.is_none());
+        assert_eq!(cached.controller_uid(), Some("u0"));
+        assert!(cached.metadata.resource_version.is_none(), "not read");
         assert!(cached.metadata.labels.is_none() && cached.metadata.annotations.is_none());
         assert_eq!(cached.label(LABEL_CLUSTER), Some("c"));
         assert_eq!(cached.label("a"), None, "not read");

@@ -314,13 +314,10 @@ async fn controller(
         None => controller.reconcile_all_on(swaps),
     };
     controller
-        .owns_stream(service_stream)
-        .owns_stream(config_map_stream)
-        .owns_stream(stateful_set_stream)
-        .watches_stream(pod_stream, |pod: cached::CachedPod| {
-            let cluster = pod.label(shardgate_guest::names::LABEL_CLUSTER)?;
-            Some(ObjectRef::new(cluster).within(pod.metadata.namespace.as_deref()?))
-        })
+        .watches_stream(service_stream, labelled_cluster)
+        .watches_stream(config_map_stream, labelled_cluster)
+        .watches_stream(stateful_set_stream, labelled_cluster)
+        .watches_stream(pod_stream, labelled_cluster)
         .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
@@ -332,6 +329,15 @@ async fn controller(
         .await;
     info!("controller stopped");
     Ok(())
+}
+
+/// The cluster to reconcile when `o` changes: the one its cluster label
+/// names. The caches keep no owner references, so this stands in for
+/// kube's owner triggers; a reconcile still checks ownership (label AND
+/// controller UID) before it trusts an object.
+fn labelled_cluster<C: kube::Resource + Labelled>(o: C) -> Option<ObjectRef<ValkeyCluster>> {
+    let cluster = o.label(shardgate_guest::names::LABEL_CLUSTER)?;
+    Some(ObjectRef::new(cluster).within(o.meta().namespace.as_deref()?))
 }
 
 /// Objects per page of a watch's initial list. A page is decoded whole,

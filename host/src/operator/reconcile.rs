@@ -19,7 +19,9 @@ use shardgate_guest::model::{Desired, NodeRef, Severity, Step, Topology, Violati
 use tracing::{info, warn};
 
 use super::apply::{self, Applied, FIELD_MANAGER};
-use super::cached::{CachedConfigMap, CachedPod, CachedService, CachedStatefulSet, LABEL_REVISION};
+use super::cached::{
+    CachedConfigMap, CachedPod, CachedService, CachedStatefulSet, Entry, LABEL_REVISION,
+};
 use super::context::Context;
 use super::valkey::{self as valkey_stage, Nodes};
 use crate::convert::{self, Labelled};
@@ -407,11 +409,7 @@ fn mark_outdated(
         let Some(o) = convert::observed_pod(cluster, pod.as_ref()) else {
             continue;
         };
-        let revision = pod
-            .owner_references()
-            .iter()
-            .find(|r| r.controller == Some(true))
-            .and_then(|r| revisions.get(&r.uid));
+        let revision = pod.controller_uid().and_then(|uid| revisions.get(uid));
         let current = pod.label(LABEL_REVISION);
         let outdated = matches!((revision, current), (Some(r), Some(c)) if r != c);
         if let Some(p) = observed
@@ -459,11 +457,7 @@ struct Owned {
 
 impl Owned {
     fn of(stores: &super::Stores, namespace: &str, cluster: &str, uid: &str) -> Self {
-        fn owned<K: Resource + Labelled>(
-            objects: Vec<Arc<K>>,
-            cluster: &str,
-            uid: &str,
-        ) -> Vec<Arc<K>> {
+        fn owned<K: Entry>(objects: Vec<Arc<K>>, cluster: &str, uid: &str) -> Vec<Arc<K>> {
             objects
                 .into_iter()
                 .filter(|o| apply::owned_by(o.as_ref(), cluster, uid))
@@ -480,9 +474,8 @@ impl Owned {
             .labelled(namespace, cluster)
             .into_iter()
             .filter(|p| {
-                p.owner_references()
-                    .iter()
-                    .any(|r| r.controller == Some(true) && node_sets.contains(&r.uid))
+                p.controller_uid()
+                    .is_some_and(|uid| node_sets.contains(uid))
             })
             .collect();
         Owned {
