@@ -19,6 +19,15 @@ use shardgate::runtime::{Limits, Module, Runtime};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read at its start (its symbols carry the `_rjem_`
+/// prefix): pages freed stay resident for 1 s instead of 10 s, then go
+/// straight back to the system, purged by jemalloc's background thread even
+/// while the operator is idle. Measured side by side at 100 clusters, the
+/// peak RSS drops by ~7 MiB with no measurable CPU cost
+/// (docs/performance.md, P4). `_RJEM_MALLOC_CONF` overrides it.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 #[derive(Parser)]
 #[command(
     name = "shardgate",

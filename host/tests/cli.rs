@@ -1,4 +1,5 @@
-//! `shardgate render` and `shardgate crd`, run as a user runs them.
+//! `shardgate render` and `shardgate crd`, run as a user runs them, and the
+//! binary's allocator settings.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -339,4 +340,25 @@ fn check_fails_bad_manifests_with_field_paths() {
         "spec.externalAccess.domain"
     );
     assert_eq!(reports[0]["violations"][0]["severity"], "error");
+}
+
+/// The binary's jemalloc options are in effect: jemalloc reads them from a
+/// prefixed symbol, and an export under the wrong name is silently ignored.
+/// (`stats_print` makes jemalloc print its options at exit.)
+#[test]
+fn the_allocator_returns_freed_memory_within_a_second() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardgate"))
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .expect("running shardgate");
+    assert!(out.status.success());
+    let stats = String::from_utf8_lossy(&out.stderr);
+    for option in [
+        "opt.background_thread: true",
+        "opt.dirty_decay_ms: 1000",
+        "opt.muzzy_decay_ms: 0",
+    ] {
+        assert!(stats.contains(option), "{option} not in:\n{stats}");
+    }
 }
