@@ -28,6 +28,7 @@ use shardgate_guest::names::{LABEL_CLUSTER, LABEL_NODE, LABEL_SHARD};
 use super::apply::APPLIED_HASH;
 use super::owned_fields;
 use crate::convert::{Labelled, PodView, ServiceView};
+use crate::crd::ValkeyCluster;
 
 /// A Pod's template revision, set by the StatefulSet controller.
 pub const LABEL_REVISION: &str = "controller-revision-hash";
@@ -37,6 +38,8 @@ pub trait Entry: Labelled + Resource<DynamicType = ()> + Clone + Send + Sync + '
     /// The UID of the object's controller (its owner reference marked
     /// `controller`).
     fn controller_uid(&self) -> Option<&str>;
+    /// The name of the object's controller, if that is a ValkeyCluster.
+    fn controller_cluster(&self) -> Option<&str>;
     /// The hash of what shardgate last applied ([`APPLIED_HASH`]).
     fn applied_hash(&self) -> Option<&str>;
     /// The digest of the fields shardgate owns, as they are live; `None`
@@ -60,6 +63,8 @@ pub struct Marks {
     revision: Option<Box<str>>,
     /// The UID in the owner reference marked `controller`.
     controller: Option<Box<str>>,
+    /// That controller's name, if it is a ValkeyCluster.
+    controller_cluster: Option<Box<str>>,
     applied_hash: Option<Box<str>>,
     owned_digest: Option<Box<str>>,
 }
@@ -71,18 +76,21 @@ impl Marks {
         let mut labels = meta.labels.take().unwrap_or_default();
         let mut annotations = meta.annotations.take().unwrap_or_default();
         let mut label = |key: &str| labels.remove(key).map(String::into_boxed_str);
+        let controller = meta
+            .owner_references
+            .take()
+            .into_iter()
+            .flatten()
+            .find(|r| r.controller == Some(true));
         Marks {
             cluster: label(LABEL_CLUSTER),
             shard: label(LABEL_SHARD),
             node: label(LABEL_NODE),
             revision: label(LABEL_REVISION),
-            controller: meta
-                .owner_references
-                .take()
-                .into_iter()
-                .flatten()
-                .find(|r| r.controller == Some(true))
-                .map(|r| r.uid.into_boxed_str()),
+            controller: controller.as_ref().map(|r| r.uid.as_str().into()),
+            controller_cluster: controller
+                .filter(|r| r.kind == ValkeyCluster::kind(&()))
+                .map(|r| r.name.into_boxed_str()),
             applied_hash: annotations.remove(APPLIED_HASH).map(String::into_boxed_str),
             owned_digest: owned_digest.map(String::into_boxed_str),
         }
@@ -197,6 +205,9 @@ where
 {
     fn controller_uid(&self) -> Option<&str> {
         self.marks.controller.as_deref()
+    }
+    fn controller_cluster(&self) -> Option<&str> {
+        self.marks.controller_cluster.as_deref()
     }
     fn applied_hash(&self) -> Option<&str> {
         self.marks.applied_hash.as_deref()
@@ -377,6 +388,7 @@ mod tests {
         assert_eq!(cached.metadata.generation, None, "not read");
         assert!(cached.metadata.owner_references.is_none());
         assert_eq!(cached.controller_uid(), Some("u0"));
+        assert_eq!(cached.controller_cluster(), Some("c"));
         assert!(cached.metadata.resource_version.is_none(), "not read");
         assert!(cached.metadata.labels.is_none() && cached.metadata.annotations.is_none());
         assert_eq!(cached.label(LABEL_CLUSTER), Some("c"));

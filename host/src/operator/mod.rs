@@ -2,7 +2,8 @@
 //!
 //! A kube-rs [`Controller`] for ValkeyClusters that owns the shard Services
 //! and the per-node ConfigMaps, headless Services and StatefulSets, and
-//! watches the nodes' Pods. Each reconcile ([`reconcile`]) builds the observed
+//! watches the nodes' Pods; a change to any of them triggers its controlling
+//! cluster (a Pod: the one its label names). Each reconcile ([`reconcile`]) builds the observed
 //! snapshot from the reflector stores, calls the reconcile module, applies
 //! the result with server-side apply and prunes what is no longer wanted.
 //! With leader election on, only the holder of the Lease runs the controller.
@@ -314,10 +315,10 @@ async fn controller(
         None => controller.reconcile_all_on(swaps),
     };
     controller
-        .watches_stream(service_stream, labelled_cluster)
-        .watches_stream(config_map_stream, labelled_cluster)
-        .watches_stream(stateful_set_stream, labelled_cluster)
-        .watches_stream(pod_stream, labelled_cluster)
+        .watches_stream(service_stream, cluster_to_reconcile)
+        .watches_stream(config_map_stream, cluster_to_reconcile)
+        .watches_stream(stateful_set_stream, cluster_to_reconcile)
+        .watches_stream(pod_stream, cluster_to_reconcile)
         .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
@@ -331,12 +332,15 @@ async fn controller(
     Ok(())
 }
 
-/// The cluster to reconcile when `o` changes: the one its cluster label
-/// names. The caches keep no owner references, so this stands in for
-/// kube's owner triggers; a reconcile still checks ownership (label AND
-/// controller UID) before it trusts an object.
-fn labelled_cluster<C: kube::Resource + Labelled>(o: C) -> Option<ObjectRef<ValkeyCluster>> {
-    let cluster = o.label(shardgate_guest::names::LABEL_CLUSTER)?;
+/// The cluster to reconcile when `o` changes: its controller, if that is a
+/// ValkeyCluster, else the one its cluster label names (a Pod's controller
+/// is its StatefulSet). The caches keep no owner references, so this stands
+/// in for kube's owner triggers; a reconcile still checks ownership (label
+/// AND controller UID) before it trusts an object.
+fn cluster_to_reconcile<C: cached::Entry>(o: C) -> Option<ObjectRef<ValkeyCluster>> {
+    let cluster = o
+        .controller_cluster()
+        .or_else(|| o.label(shardgate_guest::names::LABEL_CLUSTER))?;
     Some(ObjectRef::new(cluster).within(o.meta().namespace.as_deref()?))
 }
 
@@ -399,5 +403,50 @@ fn cached_event<K, C>(event: watcher::Event<K>, cache: fn(K) -> C) -> watcher::E
         Event::Init => Event::Init,
         Event::InitApply(o) => Event::InitApply(cache(o)),
         Event::InitDone => Event::InitDone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn labelled_and_controlled(cluster_label: Option<&str>, controller: (&str, &str)) -> Value {
+        serde_json::json!({
+            "metadata": {"name": "o", "namespace": "ns",
+                "labels": cluster_label.map(|c| serde_json::json!({"valkey.io/cluster": c})),
+                "ownerReferences": [{"apiVersion": "x", "kind": controller.0,
+                    "name": controller.1, "uid": "u", "controller": true}]}
+        })
+    }
+    #[test]
+    fn a_change_triggers_the_controlling_cluster_else_the_labelled_one() {
+        let svc = |label, controller| {
+            cached::service(
+                serde_json::from_value(labelled_and_controlled(label, controller)).unwrap(),
+            )
+        };
+        let target = |r: Option<ObjectRef<ValkeyCluster>>| {
+            r.map(|r| (r.name, r.namespace.unwrap_or_default()))
+        };
+        let ns = |name: &str| Some((name.to_string(), "ns".to_string()));
+        assert_eq!(
+            target(cluster_to_reconcile(svc(Some("b"), ("ValkeyCluster", "a")))),
+            ns("a"),
+            "relabelled: still its controller"
+        );
+        assert_eq!(
+            target(cluster_to_reconcile(svc(None, ("ValkeyCluster", "a")))),
+            ns("a"),
+            "label removed: still its controller"
+        );
+        let pod: Pod =
+            serde_json::from_value(labelled_and_controlled(Some("c"), ("StatefulSet", "s")))
+                .unwrap();
+        assert_eq!(target(cluster_to_reconcile(cached::pod(pod))), ns("c"));
+        assert_eq!(
+            target(cluster_to_reconcile(svc(None, ("Deployment", "d")))),
+            None
+        );
     }
 }
