@@ -7,10 +7,10 @@ use std::time::Duration;
 use http::{Request, Response};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use kube::client::Body;
-use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use shardgate::operator::apply::{self, APPLIED_HASH, Applied, Recent};
 use shardgate::operator::cached::{self, CachedService, Entry};
+use shardgate::operator::store::Cache;
 use tower_test::mock::Handle;
 
 fn service() -> Service {
@@ -44,7 +44,7 @@ async fn nothing_sent(handle: &mut Handle<Request<Body>, Response<Body>>, ms: u6
 async fn sent_apply() -> serde_json::Value {
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
-    let (empty, _w) = reflector::store::<CachedService>();
+    let empty = Cache::<CachedService>::default();
     let capture = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.unwrap();
         let body = request.into_body().collect_bytes().await.unwrap();
@@ -62,7 +62,7 @@ async fn apply_sends_one_forced_server_side_apply_with_our_field_manager() {
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
     let recent = Recent::default();
-    let (store, _writer) = reflector::store::<CachedService>();
+    let store = Cache::<CachedService>::default();
     let server = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.expect("one request");
         assert_eq!(request.method(), http::Method::PATCH);
@@ -98,7 +98,7 @@ async fn an_object_already_in_place_sends_nothing() {
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
     let recent = Recent::default();
-    let (store, mut writer): (_, Writer<CachedService>) = reflector::store();
+    let store = Cache::<CachedService>::default();
 
     // What the API server stores after our apply: our fields, our hash, and
     // fields it defaulted or other managers added.
@@ -109,7 +109,7 @@ async fn an_object_already_in_place_sends_nothing() {
     live["spec"]["ports"][0]["nodePort"] = 31000.into();
     live["spec"]["ports"][0]["targetPort"] = 6379.into();
     let live: Service = serde_json::from_value(live).unwrap();
-    writer.apply_watcher_event(&watcher::Event::Apply(cached::service(live.clone())));
+    store.apply(watcher::Event::Apply(cached::service(live.clone())));
 
     assert_eq!(
         apply::apply(&client, &store, &recent, &service())
@@ -122,7 +122,7 @@ async fn an_object_already_in_place_sends_nothing() {
     // A field we own changed by someone else: re-applied.
     let mut drifted = live;
     drifted.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
-    writer.apply_watcher_event(&watcher::Event::Apply(cached::service(drifted)));
+    store.apply(watcher::Event::Apply(cached::service(drifted)));
     let server = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.expect("re-apply");
         assert_eq!(request.method(), http::Method::PATCH);
@@ -143,7 +143,7 @@ async fn an_apply_the_cache_has_not_shown_yet_is_not_sent_twice() {
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
     let recent = Recent::default();
-    let (store, _writer) = reflector::store::<CachedService>();
+    let store = Cache::<CachedService>::default();
     let server = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.expect("the first apply");
         let body = request.into_body().collect_bytes().await.unwrap();
@@ -186,8 +186,8 @@ async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
         assert!(cached.owned_digest().is_some(), "cached with its digest");
         cached
     };
-    let (store, mut writer): (_, Writer<CachedService>) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Apply(cached(&live)));
+    let store = Cache::<CachedService>::default();
+    store.apply(watcher::Event::Apply(cached(&live)));
 
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(mock, "default");
@@ -224,7 +224,7 @@ async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
     // Someone else changed a field: repaired again.
     let mut changed = live.clone();
     changed["spec"]["type"] = "ClusterIP".into();
-    writer.apply_watcher_event(&watcher::Event::Apply(cached(&changed)));
+    store.apply(watcher::Event::Apply(cached(&changed)));
     let server = tokio::spawn(async move {
         let (_, send) = handle.next_request().await.expect("a second repair");
         send.send_response(

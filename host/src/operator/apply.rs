@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
@@ -24,6 +23,7 @@ use serde_json::Value;
 
 use super::cached::Entry;
 use super::owned_fields;
+use super::store::Cache;
 
 /// The annotation holding the hash of what shardgate last applied.
 pub const APPLIED_HASH: &str = "shardgate.io/applied-hash";
@@ -40,7 +40,7 @@ pub enum Applied {
 
 /// What this process applied and its cache has not shown yet.
 ///
-/// Right after an apply the reflector store still holds the old object (or
+/// Right after an apply the cache still holds the old object (or
 /// none): a reconcile that runs before the watch event arrives would apply
 /// the same thing again. Each entry lives until the store shows the applied
 /// hash, or for [`Recent::TTL`] at most (so a delete that races the watch is
@@ -125,7 +125,7 @@ impl Recent {
 /// this process just applied it and the store has not caught up).
 pub async fn apply<K, C>(
     client: &kube::Client,
-    store: &Store<C>,
+    store: &Cache<C>,
     recent: &Recent,
     desired: &K,
 ) -> kube::Result<Applied>
@@ -145,7 +145,7 @@ where
     let hash = hash(&body);
     body["metadata"]["annotations"][APPLIED_HASH] = hash.clone().into();
 
-    let live = store.get(&ObjectRef::new(&name).within(&namespace));
+    let live = store.get(&namespace, &name);
     let key = Recent::key::<K>(&namespace, &name);
     let live_hash = live.as_ref().and_then(|l| l.applied_hash());
     // The desired owned-fields digest, when the live object has the same
@@ -210,7 +210,7 @@ where
 /// Deletes every object of `owned` (what the cluster owns in `namespace`,
 /// see [`owned_by`], as cached) that is not in `keep`. Returns the names
 /// deleted.
-pub async fn prune<K, C: Resource>(
+pub async fn prune<K, C: Entry>(
     client: &kube::Client,
     owned: &[Arc<C>],
     namespace: &str,
@@ -222,14 +222,14 @@ where
         + DeserializeOwned
         + std::fmt::Debug,
 {
-    let doomed = owned.iter().filter(|o| !keep.contains(&o.name_any()));
+    let doomed = owned.iter().filter(|o| !keep.contains(o.name()));
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let mut deleted = Vec::new();
     for o in doomed {
-        let name = o.name_any();
+        let name = o.name().to_string();
         let params = DeleteParams {
             preconditions: o.uid().map(|uid| kube::api::Preconditions {
-                uid: Some(uid),
+                uid: Some(uid.to_string()),
                 resource_version: None,
             }),
             ..DeleteParams::default()

@@ -15,7 +15,7 @@
 //!   object without that entry also keeps its whole self, to be compared
 //!   whole ([`Slim::whole`]).
 
-use std::borrow::Cow;
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, LoadBalancerIngress, Pod, Service, ServicePort};
@@ -34,7 +34,15 @@ use crate::crd::ValkeyCluster;
 pub const LABEL_REVISION: &str = "controller-revision-hash";
 
 /// A cached object as reconciles and [`super::apply`] read it.
-pub trait Entry: Labelled + Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
+pub trait Entry: Labelled + Send + Sync + 'static {
+    fn name(&self) -> &str;
+    fn namespace(&self) -> &str;
+    /// The object's UID (a cached Pod has none: it is never read).
+    fn uid(&self) -> Option<&str>;
+    /// Its name and namespace as the shared strings the cache keys it by
+    /// (the cache replaces the namespace with the one string it keeps per
+    /// namespace).
+    fn shared_names(&mut self) -> (&Arc<str>, &mut Arc<str>);
     /// The UID of the object's controller (its owner reference marked
     /// `controller`).
     fn controller_uid(&self) -> Option<&str>;
@@ -107,24 +115,21 @@ impl Marks {
     }
 }
 
-/// A cached object of kind `K`: its trimmed metadata, its [`Marks`], what
-/// is read of its spec and status (`S`), and the whole object only when it
-/// has no owned-fields digest (shardgate never applied it, so drift can
-/// only be found by comparing it whole).
-///
-/// `Deserialize` only because kube's `Controller::watches_stream` asks for
-/// it; a cache entry is always built from the decoded object ([`pod`],
-/// [`stateful_set`], [`service`], [`config_map`]).
-#[derive(Clone, Debug, serde::Deserialize)]
+/// A cached object of kind `K`: its name, namespace and UID, its
+/// [`Marks`], what is read of its spec and status (`S`), and the whole
+/// object only when it has no owned-fields digest (shardgate never applied
+/// it, so drift can only be found by comparing it whole). Built from the
+/// decoded object ([`pod`], [`stateful_set`], [`service`], [`config_map`])
+/// and held by [`super::store::Cache`].
+#[derive(Clone, Debug)]
 pub struct Slim<K, S> {
-    /// Name, namespace and UID: what the reflector and prune read. (A
-    /// Pod's UID is never read, so a cached Pod has none.)
-    pub metadata: ObjectMeta,
-    #[serde(skip)]
+    /// Shared with the cache's keys.
+    pub name: Arc<str>,
+    pub namespace: Arc<str>,
+    /// `None` for a Pod, whose UID is never read.
+    pub uid: Option<Box<str>>,
     pub marks: Marks,
-    #[serde(skip)]
     pub state: Option<S>,
-    #[serde(skip)]
     pub whole: Option<Box<K>>,
 }
 
@@ -162,36 +167,6 @@ pub struct ServiceState {
     pub ingress: Vec<LoadBalancerIngress>,
 }
 
-impl<K, S> Resource for Slim<K, S>
-where
-    K: Resource<DynamicType = ()>,
-{
-    type DynamicType = ();
-    type Scope = K::Scope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        K::kind(&())
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        K::group(&())
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        K::version(&())
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        K::api_version(&())
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        K::plural(&())
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 impl<K, S> Labelled for Slim<K, S> {
     fn label(&self, key: &str) -> Option<&str> {
         self.marks.label(key)
@@ -200,9 +175,21 @@ impl<K, S> Labelled for Slim<K, S> {
 
 impl<K, S> Entry for Slim<K, S>
 where
-    K: Resource<DynamicType = ()> + Serialize + Clone + Send + Sync + 'static,
-    S: Clone + Send + Sync + 'static,
+    K: Serialize + Send + Sync + 'static,
+    S: Send + Sync + 'static,
 {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+    fn shared_names(&mut self) -> (&Arc<str>, &mut Arc<str>) {
+        (&self.name, &mut self.namespace)
+    }
     fn controller_uid(&self) -> Option<&str> {
         self.marks.controller.as_deref()
     }
@@ -260,19 +247,10 @@ where
         std::mem::take(o.meta_mut())
     };
     let marks = Marks::take(&mut meta, digest);
-    let ObjectMeta {
-        name,
-        namespace,
-        uid,
-        ..
-    } = meta;
     Slim {
-        metadata: ObjectMeta {
-            name,
-            namespace,
-            uid,
-            ..ObjectMeta::default()
-        },
+        name: meta.name.unwrap_or_default().into(),
+        namespace: meta.namespace.unwrap_or_default().into(),
+        uid: meta.uid.map(String::into_boxed_str),
         marks,
         state,
         whole: keep_whole.then(|| Box::new(o)),
@@ -315,7 +293,7 @@ pub fn pod(pod: Pod) -> CachedPod {
             ready: pod.ready(),
         })
     });
-    cached.metadata.uid = None;
+    cached.uid = None;
     cached
 }
 
@@ -339,6 +317,12 @@ mod tests {
         use std::mem::size_of;
         assert!(size_of::<CachedPod>() * 2 < size_of::<Pod>());
         assert!(size_of::<CachedStatefulSet>() * 4 < size_of::<StatefulSet>());
+        // Smaller than the metadata alone that kube's `Resource` requires.
+        let meta = size_of::<ObjectMeta>();
+        assert!(size_of::<CachedPod>() < meta);
+        assert!(size_of::<CachedService>() < meta);
+        assert!(size_of::<CachedStatefulSet>() < meta);
+        assert!(size_of::<CachedConfigMap>() < meta);
     }
 
     #[test]
@@ -360,8 +344,6 @@ mod tests {
             cached.whole().unwrap()["spec"]["serviceName"],
             serde_json::json!("s")
         );
-        assert_eq!(CachedStatefulSet::kind(&()), "StatefulSet");
-        assert_eq!(CachedStatefulSet::plural(&()), "statefulsets");
     }
 
     #[test]
@@ -382,15 +364,10 @@ mod tests {
         let cached = stateful_set(sts);
         assert!(cached.whole.is_none(), "the spec is not kept");
         assert!(cached.whole().is_none());
-        assert_eq!(cached.metadata.name.as_deref(), Some("n"));
-        assert!(cached.metadata.managed_fields.is_none());
-        assert_eq!(cached.metadata.uid.as_deref(), Some("u1"));
-        assert_eq!(cached.metadata.generation, None, "not read");
-        assert!(cached.metadata.owner_references.is_none());
+        assert_eq!((cached.name(), cached.namespace()), ("n", "ns"));
+        assert_eq!(cached.uid(), Some("u1"));
         assert_eq!(cached.controller_uid(), Some("u0"));
         assert_eq!(cached.controller_cluster(), Some("c"));
-        assert!(cached.metadata.resource_version.is_none(), "not read");
-        assert!(cached.metadata.labels.is_none() && cached.metadata.annotations.is_none());
         assert_eq!(cached.label(LABEL_CLUSTER), Some("c"));
         assert_eq!(cached.label("a"), None, "not read");
         assert_eq!(cached.applied_hash(), Some("h"));
@@ -498,8 +475,8 @@ mod tests {
         }))
         .unwrap();
         let cached = pod(p.clone());
-        assert!(cached.metadata.managed_fields.is_none());
         assert!(cached.whole.is_none(), "a Pod is never compared");
+        assert_eq!(cached.uid(), None, "not read");
         assert_eq!(
             cached.state,
             Some(PodState {

@@ -1,4 +1,4 @@
-//! What every reconcile shares: the client, the reflector stores that make
+//! What every reconcile shares: the client, the caches that make
 //! up the observed snapshot, the reconcile module, metrics and events.
 
 use std::collections::HashMap;
@@ -9,22 +9,22 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::cached::{CachedConfigMap, CachedPod, CachedService, CachedStatefulSet};
-use super::index::Indexed;
 use super::metrics::Metrics;
+use super::store::Cache;
 use crate::crd::ValkeyCluster;
 use crate::modules::{ModuleManager, Serving};
 use crate::reconciler::Reconciler;
 use crate::runtime::CallError;
 
-/// Reflector stores of everything the operator reads; the owned kinds with
-/// their by-cluster indexes.
+/// The caches of everything the operator reads: the clusters in kube's
+/// reflector store, the owned kinds in shardgate's ([`Cache`]).
 #[derive(Clone)]
 pub struct Stores {
     pub clusters: Store<ValkeyCluster>,
-    pub services: Indexed<CachedService>,
-    pub config_maps: Indexed<CachedConfigMap>,
-    pub stateful_sets: Indexed<CachedStatefulSet>,
-    pub pods: Indexed<CachedPod>,
+    pub services: Cache<CachedService>,
+    pub config_maps: Cache<CachedConfigMap>,
+    pub stateful_sets: Cache<CachedStatefulSet>,
+    pub pods: Cache<CachedPod>,
 }
 
 impl Stores {
@@ -36,14 +36,10 @@ impl Stores {
     /// only while it has a free reconcile slot, so reconciles that waited
     /// for them could fill every slot and wait forever.
     pub fn synced(&self) -> bool {
-        use futures::FutureExt;
-        let ready = |f: &mut (dyn Future<Output = Result<(), _>> + Unpin)| {
-            matches!(f.now_or_never(), Some(Ok(())))
-        };
-        ready(&mut Box::pin(self.services.store.wait_until_ready()))
-            && ready(&mut Box::pin(self.config_maps.store.wait_until_ready()))
-            && ready(&mut Box::pin(self.stateful_sets.store.wait_until_ready()))
-            && ready(&mut Box::pin(self.pods.store.wait_until_ready()))
+        self.services.is_ready()
+            && self.config_maps.is_ready()
+            && self.stateful_sets.is_ready()
+            && self.pods.is_ready()
     }
 }
 

@@ -4,7 +4,7 @@
 //! and the per-node ConfigMaps, headless Services and StatefulSets, and
 //! watches the nodes' Pods; a change to any of them triggers its controlling
 //! cluster (a Pod: the one its label names). Each reconcile ([`reconcile`]) builds the observed
-//! snapshot from the reflector stores, calls the reconcile module, applies
+//! snapshot from the caches, calls the reconcile module, applies
 //! the result with server-side apply and prunes what is no longer wanted.
 //! With leader election on, only the holder of the Lease runs the controller.
 
@@ -12,11 +12,11 @@ pub mod apply;
 pub mod cached;
 pub mod context;
 pub mod http;
-pub mod index;
 pub mod leader;
 pub mod metrics;
 pub mod owned_fields;
 pub mod reconcile;
+pub mod store;
 pub mod valkey;
 
 use std::net::SocketAddr;
@@ -30,12 +30,12 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::convert::Labelled;
 use crate::crd::ValkeyCluster;
 use crate::modules::{ModuleManager, Serving};
 use crate::reconciler::Reconciler;
@@ -229,15 +229,15 @@ async fn controller(
         .page_size(LIST_PAGE_SIZE);
 
     let (services, service_stream) =
-        indexed(api::<Service>(&client, ns), &managed, cached::service);
+        cached_watch(api::<Service>(&client, ns), &managed, cached::service);
     let (config_maps, config_map_stream) =
-        indexed(api::<ConfigMap>(&client, ns), &managed, cached::config_map);
-    let (stateful_sets, stateful_set_stream) = indexed(
+        cached_watch(api::<ConfigMap>(&client, ns), &managed, cached::config_map);
+    let (stateful_sets, stateful_set_stream) = cached_watch(
         api::<StatefulSet>(&client, ns),
         &managed,
         cached::stateful_set,
     );
-    let (pods, pod_stream) = indexed(api::<Pod>(&client, ns), &managed, cached::pod);
+    let (pods, pod_stream) = cached_watch(api::<Pod>(&client, ns), &managed, cached::pod);
 
     // Reconciles run concurrently up to a bound well inside the wasm
     // runtime's instance pool (one instance per in-flight guest call).
@@ -280,15 +280,13 @@ async fn controller(
     tokio::spawn({
         let health = health.clone();
         async move {
-            let synced = futures::join!(
-                services.store.wait_until_ready(),
-                config_maps.store.wait_until_ready(),
-                stateful_sets.store.wait_until_ready(),
-                pods.store.wait_until_ready()
+            futures::join!(
+                services.wait_until_ready(),
+                config_maps.wait_until_ready(),
+                stateful_sets.wait_until_ready(),
+                pods.wait_until_ready()
             );
-            if synced.0.is_ok() && synced.1.is_ok() && synced.2.is_ok() && synced.3.is_ok() {
-                health.ready.store(true, Ordering::Relaxed);
-            }
+            health.ready.store(true, Ordering::Relaxed);
         }
     });
 
@@ -315,10 +313,10 @@ async fn controller(
         None => controller.reconcile_all_on(swaps),
     };
     controller
-        .watches_stream(service_stream, cluster_to_reconcile)
-        .watches_stream(config_map_stream, cluster_to_reconcile)
-        .watches_stream(stateful_set_stream, cluster_to_reconcile)
-        .watches_stream(pod_stream, cluster_to_reconcile)
+        .watches_stream(service_stream, trigger)
+        .watches_stream(config_map_stream, trigger)
+        .watches_stream(stateful_set_stream, trigger)
+        .watches_stream(pod_stream, trigger)
         .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
@@ -332,16 +330,34 @@ async fn controller(
     Ok(())
 }
 
+/// A cluster to reconcile, carried from a watch of owned objects to the
+/// controller as that cluster's name and namespace.
+type Trigger = PartialObjectMeta<ValkeyCluster>;
+
 /// The cluster to reconcile when `o` changes: its controller, if that is a
 /// ValkeyCluster, else the one its cluster label names (a Pod's controller
 /// is its StatefulSet). The caches keep no owner references, so this stands
 /// in for kube's owner triggers; a reconcile still checks ownership (label
 /// AND controller UID) before it trusts an object.
-fn cluster_to_reconcile<C: cached::Entry>(o: C) -> Option<ObjectRef<ValkeyCluster>> {
+fn cluster_to_reconcile(o: &impl cached::Entry) -> Option<Trigger> {
     let cluster = o
         .controller_cluster()
         .or_else(|| o.label(shardgate_guest::names::LABEL_CLUSTER))?;
-    Some(ObjectRef::new(cluster).within(o.meta().namespace.as_deref()?))
+    Some(PartialObjectMeta {
+        types: None,
+        metadata: kube::api::ObjectMeta {
+            name: Some(cluster.to_string()),
+            namespace: Some(o.namespace().to_string()),
+            ..Default::default()
+        },
+        _phantom: std::marker::PhantomData,
+    })
+}
+
+/// The controller's reference to a [`Trigger`]'s cluster.
+fn trigger(t: Trigger) -> Option<ObjectRef<ValkeyCluster>> {
+    let meta = t.metadata;
+    Some(ObjectRef::new(meta.name.as_deref()?).within(meta.namespace.as_deref()?))
 }
 
 /// Objects per page of a watch's initial list. A page is decoded whole,
@@ -351,17 +367,17 @@ fn cluster_to_reconcile<C: cached::Entry>(o: C) -> Option<ObjectRef<ValkeyCluste
 /// each a fifth of the size.
 const LIST_PAGE_SIZE: u32 = 100;
 
-/// A watch of one kind of managed object, reflected into a store and a
-/// by-cluster index; `cache` turns each object into what the cache keeps
-/// (dropping what the operator never reads). Returns the store and the
-/// stream of touched objects.
-fn indexed<K, C>(
+/// A watch of one kind of managed object, kept in a [`store::Cache`];
+/// `cache` turns each object into what the cache keeps (dropping what the
+/// operator never reads). Returns the cache and the stream of clusters to
+/// reconcile.
+fn cached_watch<K, C>(
     api: Api<K>,
     config: &watcher::Config,
     cache: fn(K) -> C,
 ) -> (
-    index::Indexed<C>,
-    impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static,
+    store::Cache<C>,
+    impl futures::Stream<Item = Result<Trigger, watcher::Error>> + Send + 'static,
 )
 where
     K: kube::Resource<DynamicType = ()>
@@ -370,28 +386,20 @@ where
         + std::fmt::Debug
         + Send
         + 'static,
-    C: kube::Resource<DynamicType = ()> + Labelled + Clone + Send + Sync + 'static,
+    C: cached::Entry,
 {
-    let (store, writer) = reflector::store();
-    let by_cluster = index::ByCluster::default();
+    let store = store::Cache::default();
     let stream = watcher(api, config.clone())
         .default_backoff()
-        .map_ok(move |event| cached_event(event, cache))
-        // The index first: once the store says it is synced, so is the
-        // index; and the store still shows where each object was indexed.
-        .inspect_ok({
-            let (by_cluster, store) = (by_cluster.clone(), store.clone());
-            move |event| by_cluster.apply(event, &store)
+        .map_ok({
+            let store = store.clone();
+            move |event| {
+                let touched = store.apply(cached_event(event, cache))?;
+                cluster_to_reconcile(touched.as_ref())
+            }
         })
-        .reflect(writer)
-        .touched_objects();
-    (
-        index::Indexed {
-            store,
-            index: by_cluster,
-        },
-        stream,
-    )
+        .try_filter_map(|trigger| futures::future::ready(Ok(trigger)));
+    (store, stream)
 }
 
 /// `event` with its objects as the cache keeps them.
@@ -426,26 +434,30 @@ mod tests {
                 serde_json::from_value(labelled_and_controlled(label, controller)).unwrap(),
             )
         };
-        let target = |r: Option<ObjectRef<ValkeyCluster>>| {
-            r.map(|r| (r.name, r.namespace.unwrap_or_default()))
+        let target = |o: &dyn Fn() -> Option<Trigger>| {
+            let r = trigger(o()?)?;
+            Some((r.name, r.namespace.unwrap_or_default()))
         };
         let ns = |name: &str| Some((name.to_string(), "ns".to_string()));
         assert_eq!(
-            target(cluster_to_reconcile(svc(Some("b"), ("ValkeyCluster", "a")))),
+            target(&|| cluster_to_reconcile(&svc(Some("b"), ("ValkeyCluster", "a")))),
             ns("a"),
             "relabelled: still its controller"
         );
         assert_eq!(
-            target(cluster_to_reconcile(svc(None, ("ValkeyCluster", "a")))),
+            target(&|| cluster_to_reconcile(&svc(None, ("ValkeyCluster", "a")))),
             ns("a"),
             "label removed: still its controller"
         );
         let pod: Pod =
             serde_json::from_value(labelled_and_controlled(Some("c"), ("StatefulSet", "s")))
                 .unwrap();
-        assert_eq!(target(cluster_to_reconcile(cached::pod(pod))), ns("c"));
         assert_eq!(
-            target(cluster_to_reconcile(svc(None, ("Deployment", "d")))),
+            target(&|| cluster_to_reconcile(&cached::pod(pod.clone()))),
+            ns("c")
+        );
+        assert_eq!(
+            target(&|| cluster_to_reconcile(&svc(None, ("Deployment", "d")))),
             None
         );
     }

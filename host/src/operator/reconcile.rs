@@ -203,7 +203,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             &mut created,
             "services",
             &svc.name_any(),
-            apply::apply(client, &stores.services.store, &ctx.recent, svc).await?,
+            apply::apply(client, &stores.services, &ctx.recent, svc).await?,
         );
     }
     for n in &objects.nodes {
@@ -213,13 +213,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             &mut created,
             "configmaps",
             &n.config_map.name_any(),
-            apply::apply(
-                client,
-                &stores.config_maps.store,
-                &ctx.recent,
-                &n.config_map,
-            )
-            .await?,
+            apply::apply(client, &stores.config_maps, &ctx.recent, &n.config_map).await?,
         );
         note(
             ctx,
@@ -227,13 +221,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             &mut created,
             "services",
             &n.headless_service.name_any(),
-            apply::apply(
-                client,
-                &stores.services.store,
-                &ctx.recent,
-                &n.headless_service,
-            )
-            .await?,
+            apply::apply(client, &stores.services, &ctx.recent, &n.headless_service).await?,
         );
         note(
             ctx,
@@ -241,13 +229,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
             &mut created,
             "statefulsets",
             &n.stateful_set.name_any(),
-            apply::apply(
-                client,
-                &stores.stateful_sets.store,
-                &ctx.recent,
-                &n.stateful_set,
-            )
-            .await?,
+            apply::apply(client, &stores.stateful_sets, &ctx.recent, &n.stateful_set).await?,
         );
     }
     if !created.is_empty() {
@@ -396,14 +378,9 @@ fn mark_outdated(
     pods: &[Arc<CachedPod>],
     observed: &mut [shardgate_guest::model::ObservedPod],
 ) {
-    let revisions: std::collections::BTreeMap<String, String> = stateful_sets
+    let revisions: std::collections::BTreeMap<&str, &str> = stateful_sets
         .iter()
-        .filter_map(|s| {
-            Some((
-                s.uid()?,
-                s.state.as_ref()?.update_revision.as_deref()?.to_string(),
-            ))
-        })
+        .filter_map(|s| Some((s.uid()?, s.state.as_ref()?.update_revision.as_deref()?)))
         .collect();
     for pod in pods {
         let Some(o) = convert::observed_pod(cluster, pod.as_ref()) else {
@@ -411,7 +388,7 @@ fn mark_outdated(
         };
         let revision = pod.controller_uid().and_then(|uid| revisions.get(uid));
         let current = pod.label(LABEL_REVISION);
-        let outdated = matches!((revision, current), (Some(r), Some(c)) if r != c);
+        let outdated = matches!((revision, current), (Some(r), Some(c)) if *r != c);
         if let Some(p) = observed
             .iter_mut()
             .find(|p| p.shard == o.shard && p.node == o.node)
@@ -436,10 +413,9 @@ async fn restart(
     for pod in cluster_pods {
         let api: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(ctx.client.clone(), namespace);
-        api.delete(&pod.name_any(), &DeleteParams::default())
-            .await?;
+        api.delete(pod.name(), &DeleteParams::default()).await?;
         ctx.metrics.write("delete", "pods");
-        info!(pod = %pod.name_any(), "restarted (deleted) to apply a new template");
+        info!(pod = %pod.name(), "restarted (deleted) to apply a new template");
     }
     Ok(())
 }
@@ -468,7 +444,7 @@ impl Owned {
             cluster,
             uid,
         );
-        let node_sets: BTreeSet<String> = stateful_sets.iter().filter_map(|s| s.uid()).collect();
+        let node_sets: BTreeSet<&str> = stateful_sets.iter().filter_map(|s| s.uid()).collect();
         let pods = stores
             .pods
             .labelled(namespace, cluster)
@@ -499,7 +475,7 @@ struct Scope<'a> {
 
 impl Scope<'_> {
     /// Prunes one kind, counting each delete and noting it for an Event.
-    async fn prune<K, C: Resource>(
+    async fn prune<K, C: Entry>(
         &self,
         owned: &[Arc<C>],
         resource: &'static str,
