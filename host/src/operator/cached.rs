@@ -2,9 +2,9 @@
 //! reconcile reads. At 1,000 clusters of 10 shards x 3 nodes the caches hold
 //! 130,000 objects, so every field kept costs.
 //!
-//! - Every owned kind is cached as a [`Slim`]: trimmed metadata, the few
-//!   labels and annotations a reconcile reads in fixed slots ([`Marks`]),
-//!   and what is read of the spec and status. A `Pod` is 2.4 KB and a
+//! - Every owned kind is cached as a [`Slim`]: its name, namespace and
+//!   UID, the few labels, annotations and owner a reconcile reads in fixed
+//!   slots ([`Marks`]), and what is read of the spec and status. A `Pod` is 2.4 KB and a
 //!   `StatefulSet` 2.6 KB before any of their heap data (almost all of it
 //!   the inline `PodSpec`), and a label or annotation map costs a ~540-byte
 //!   B-tree node however few entries it has.

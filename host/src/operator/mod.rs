@@ -3,9 +3,10 @@
 //! A kube-rs [`Controller`] for ValkeyClusters that owns the shard Services
 //! and the per-node ConfigMaps, headless Services and StatefulSets, and
 //! watches the nodes' Pods; a change to any of them triggers its controlling
-//! cluster (a Pod: the one its label names). Each reconcile ([`reconcile`]) builds the observed
-//! snapshot from the caches, calls the reconcile module, applies
-//! the result with server-side apply and prunes what is no longer wanted.
+//! cluster (a Pod: the one its label names). Each reconcile ([`reconcile`])
+//! builds the observed snapshot from the caches ([`store`]), calls the
+//! reconcile module, applies the result with server-side apply and prunes
+//! what is no longer wanted.
 //! With leader election on, only the holder of the Lease runs the controller.
 
 pub mod apply;
