@@ -121,7 +121,7 @@ macro_rules! labelled_by_metadata {
         }
     )*};
 }
-labelled_by_metadata!(Pod, Service, ConfigMap, StatefulSet);
+labelled_by_metadata!(Pod, Service);
 
 fn label_index(o: &impl Labelled, key: &str) -> Option<u32> {
     o.label(key)?.parse().ok()

@@ -106,7 +106,8 @@ impl<E: Entry> Objects<E> {
         }
     }
 
-    fn insert(&mut self, mut entry: E) {
+    /// Puts `entry` in, replacing any entry of its name; returns it.
+    fn insert(&mut self, mut entry: E) -> Arc<E> {
         self.remove(entry.namespace(), entry.name());
         let known = self.by_name.get_key_value(entry.namespace());
         let known = known.map(|(namespace, _)| namespace.clone());
@@ -123,10 +124,12 @@ impl<E: Entry> Objects<E> {
                 .or_default()
                 .insert(name.clone());
         }
+        let entry = Arc::new(entry);
         self.by_name
             .entry(namespace)
             .or_default()
-            .insert(name, Arc::new(entry));
+            .insert(name, entry.clone());
+        entry
     }
 }
 
@@ -136,11 +139,7 @@ impl<E: Entry> Cache<E> {
     pub fn apply(&self, event: watcher::Event<E>) -> Option<Arc<E>> {
         let mut inner = self.inner.write().unwrap();
         match event {
-            watcher::Event::Apply(e) => {
-                let (namespace, name) = (e.namespace().to_string(), e.name().to_string());
-                inner.live.insert(e);
-                inner.live.get(&namespace, &name).cloned()
-            }
+            watcher::Event::Apply(e) => Some(inner.live.insert(e)),
             watcher::Event::Delete(e) => {
                 inner.live.remove(e.namespace(), e.name());
                 Some(Arc::new(e))
@@ -150,10 +149,7 @@ impl<E: Entry> Cache<E> {
                 None
             }
             watcher::Event::InitApply(e) => {
-                let (namespace, name) = (e.namespace().to_string(), e.name().to_string());
-                let relist = inner.relist.get_or_insert_with(Objects::default);
-                relist.insert(e);
-                relist.get(&namespace, &name).cloned()
+                Some(inner.relist.get_or_insert_with(Objects::default).insert(e))
             }
             watcher::Event::InitDone => {
                 if let Some(relist) = inner.relist.take() {
