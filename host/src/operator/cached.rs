@@ -2,9 +2,10 @@
 //! reconcile reads. At 1,000 clusters of 10 shards x 3 nodes the caches hold
 //! 130,000 objects, so every field kept costs.
 //!
-//! - Every owned kind is cached as a [`Slim`]: its name, namespace and
-//!   UID, the few labels, annotations and owner a reconcile reads in fixed
-//!   slots ([`Marks`]), and what is read of the spec and status. A `Pod` is 2.4 KB and a
+//! - Every owned kind is cached as a [`Slim`]: its name and namespace,
+//!   its UID and the few labels, annotations and owner a reconcile reads in
+//!   fixed slots of one allocation ([`Marks`]), and what is read of the
+//!   spec and status. A `Pod` is 2.4 KB and a
 //!   `StatefulSet` 2.6 KB before any of their heap data (almost all of it
 //!   the inline `PodSpec`), and a label or annotation map costs a ~540-byte
 //!   B-tree node however few entries it has.
@@ -58,65 +59,130 @@ pub trait Entry: Labelled + Send + Sync + 'static {
     fn whole(&self) -> Option<Value>;
 }
 
-/// The labels, annotations and owner a reconcile reads, each in its own
-/// slot: the cluster (ownership, the index and what to reconcile when the
-/// object changes), the node's indices, a Pod's template revision, the
-/// controller's UID, the applied hash, and the owned-fields digest computed
-/// when the object was cached.
+/// The slots of [`Marks`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// The object's own UID.
+    Uid,
+    Cluster,
+    Shard,
+    Node,
+    Revision,
+    /// The UID in the owner reference marked `controller`.
+    Controller,
+    /// That controller's name, if it is a ValkeyCluster.
+    ControllerCluster,
+    AppliedHash,
+    OwnedDigest,
+}
+
+const SLOTS: usize = Slot::OwnedDigest as usize + 1;
+
+/// The UID, labels, annotations and owner a reconcile reads, each in its
+/// own slot, all in one allocation: the object's UID, the cluster
+/// (ownership, the index and what to reconcile when the object changes),
+/// the node's indices, a Pod's template revision, the controller's UID and
+/// name, the applied hash, and the owned-fields digest computed when the
+/// object was cached.
+///
+/// Nine short strings of their own would cost 144 bytes inline and nine
+/// allocations per object; these cost 40 bytes and one. A value that does
+/// not fit the 64 KiB of text (only an annotation someone else wrote could
+/// be that long) is kept as absent: an applied hash that long is not one
+/// shardgate wrote, so either way the object is re-applied.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Marks {
-    cluster: Option<Box<str>>,
-    shard: Option<Box<str>>,
-    node: Option<Box<str>>,
-    revision: Option<Box<str>>,
-    /// The UID in the owner reference marked `controller`.
-    controller: Option<Box<str>>,
-    /// That controller's name, if it is a ValkeyCluster.
-    controller_cluster: Option<Box<str>>,
-    applied_hash: Option<Box<str>>,
-    owned_digest: Option<Box<str>>,
+    /// Every present slot's text, one after another.
+    text: Box<str>,
+    /// Where each slot's text ends in `text` (it starts where the previous
+    /// slot's ends).
+    ends: [u16; SLOTS],
+    /// Bit `slot` set: that slot holds a value (which may be empty).
+    present: u16,
 }
 
 impl Marks {
-    /// Takes the marks out of `meta`'s label and annotation maps and owner
-    /// references.
-    fn take(meta: &mut ObjectMeta, owned_digest: Option<String>) -> Self {
+    /// Takes the marks out of `meta`'s UID, label and annotation maps and
+    /// owner references; the UID only if `keep_uid`.
+    fn take(meta: &mut ObjectMeta, keep_uid: bool, owned_digest: Option<String>) -> Self {
         let mut labels = meta.labels.take().unwrap_or_default();
         let mut annotations = meta.annotations.take().unwrap_or_default();
-        let mut label = |key: &str| labels.remove(key).map(String::into_boxed_str);
         let controller = meta
             .owner_references
             .take()
             .into_iter()
             .flatten()
             .find(|r| r.controller == Some(true));
-        Marks {
-            cluster: label(LABEL_CLUSTER),
-            shard: label(LABEL_SHARD),
-            node: label(LABEL_NODE),
-            revision: label(LABEL_REVISION),
-            controller: controller.as_ref().map(|r| r.uid.as_str().into()),
-            controller_cluster: controller
-                .filter(|r| r.kind == ValkeyCluster::kind(&()))
-                .map(|r| r.name.into_boxed_str()),
-            applied_hash: annotations.remove(APPLIED_HASH).map(String::into_boxed_str),
-            owned_digest: owned_digest.map(String::into_boxed_str),
+        let uid = meta.uid.take().filter(|_| keep_uid);
+        let controller_cluster = controller
+            .as_ref()
+            .filter(|r| r.kind == ValkeyCluster::kind(&()))
+            .map(|r| r.name.as_str());
+        let mut label = |key| labels.remove(key);
+        let (cluster, shard, node, revision) = (
+            label(LABEL_CLUSTER),
+            label(LABEL_SHARD),
+            label(LABEL_NODE),
+            label(LABEL_REVISION),
+        );
+        let applied_hash = annotations.remove(APPLIED_HASH);
+        // In `Slot` order.
+        let values = [
+            uid.as_deref(),
+            cluster.as_deref(),
+            shard.as_deref(),
+            node.as_deref(),
+            revision.as_deref(),
+            controller.as_ref().map(|r| r.uid.as_str()),
+            controller_cluster,
+            applied_hash.as_deref(),
+            owned_digest.as_deref(),
+        ];
+        Self::pack(values)
+    }
+
+    fn pack(values: [Option<&str>; SLOTS]) -> Self {
+        let mut text = String::with_capacity(values.iter().flatten().map(|v| v.len()).sum());
+        let mut ends = [0; SLOTS];
+        let mut present = 0;
+        for (slot, value) in values.into_iter().enumerate() {
+            if let Some(value) = value
+                && text.len() + value.len() <= usize::from(u16::MAX)
+            {
+                text.push_str(value);
+                present |= 1 << slot;
+            }
+            ends[slot] = u16::try_from(text.len()).expect("kept within u16");
         }
+        Marks {
+            text: text.into_boxed_str(),
+            ends,
+            present,
+        }
+    }
+
+    fn get(&self, slot: Slot) -> Option<&str> {
+        let i = slot as usize;
+        if self.present & (1 << i) == 0 {
+            return None;
+        }
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        Some(&self.text[usize::from(start)..usize::from(self.ends[i])])
     }
 
     fn label(&self, key: &str) -> Option<&str> {
         match key {
-            LABEL_CLUSTER => self.cluster.as_deref(),
-            LABEL_SHARD => self.shard.as_deref(),
-            LABEL_NODE => self.node.as_deref(),
-            LABEL_REVISION => self.revision.as_deref(),
+            LABEL_CLUSTER => self.get(Slot::Cluster),
+            LABEL_SHARD => self.get(Slot::Shard),
+            LABEL_NODE => self.get(Slot::Node),
+            LABEL_REVISION => self.get(Slot::Revision),
             _ => None,
         }
     }
 }
 
-/// A cached object of kind `K`: its name, namespace and UID, its
-/// [`Marks`], what is read of its spec and status (`S`), and the whole
+/// A cached object of kind `K`: its name and namespace, its [`Marks`]
+/// (UID included), what is read of its spec and status (`S`), and the whole
 /// object only when it has no owned-fields digest (shardgate never applied
 /// it, so drift can only be found by comparing it whole). Built from the
 /// decoded object ([`pod`], [`stateful_set`], [`service`], [`config_map`])
@@ -126,8 +192,6 @@ pub struct Slim<K, S> {
     /// Shared with the cache's keys.
     pub name: Arc<str>,
     pub namespace: Arc<str>,
-    /// `None` for a Pod, whose UID is never read.
-    pub uid: Option<Box<str>>,
     pub marks: Marks,
     pub state: Option<S>,
     pub whole: Option<Box<K>>,
@@ -185,22 +249,22 @@ where
         &self.namespace
     }
     fn uid(&self) -> Option<&str> {
-        self.uid.as_deref()
+        self.marks.get(Slot::Uid)
     }
     fn shared_names(&mut self) -> (&Arc<str>, &mut Arc<str>) {
         (&self.name, &mut self.namespace)
     }
     fn controller_uid(&self) -> Option<&str> {
-        self.marks.controller.as_deref()
+        self.marks.get(Slot::Controller)
     }
     fn controller_cluster(&self) -> Option<&str> {
-        self.marks.controller_cluster.as_deref()
+        self.marks.get(Slot::ControllerCluster)
     }
     fn applied_hash(&self) -> Option<&str> {
-        self.marks.applied_hash.as_deref()
+        self.marks.get(Slot::AppliedHash)
     }
     fn owned_digest(&self) -> Option<&str> {
-        self.marks.owned_digest.as_deref()
+        self.marks.get(Slot::OwnedDigest)
     }
     fn whole(&self) -> Option<Value> {
         self.whole
@@ -234,7 +298,12 @@ impl ServiceView for CachedService {
 /// status. Its managed fields give way to the digest of what shardgate
 /// applied; without that digest, and if `compared` (shardgate applies this
 /// kind), the whole object is kept beside the entry.
-fn slim<K, S>(mut o: K, compared: bool, state: impl FnOnce(&K) -> Option<S>) -> Slim<K, S>
+fn slim<K, S>(
+    mut o: K,
+    compared: bool,
+    keep_uid: bool,
+    state: impl FnOnce(&K) -> Option<S>,
+) -> Slim<K, S>
 where
     K: Resource + Serialize,
 {
@@ -246,11 +315,10 @@ where
     } else {
         std::mem::take(o.meta_mut())
     };
-    let marks = Marks::take(&mut meta, digest);
+    let marks = Marks::take(&mut meta, keep_uid, digest);
     Slim {
         name: meta.name.unwrap_or_default().into(),
         namespace: meta.namespace.unwrap_or_default().into(),
-        uid: meta.uid.map(String::into_boxed_str),
         marks,
         state,
         whole: keep_whole.then(|| Box::new(o)),
@@ -260,7 +328,7 @@ where
 /// A Service as the cache keeps it: its ports' names, ports and NodePorts
 /// and its load-balancer ingress are read for the guest's snapshot.
 pub fn service(svc: Service) -> CachedService {
-    slim(svc, true, |svc| {
+    slim(svc, true, true, |svc| {
         Some(ServiceState {
             ports: svc
                 .ports()
@@ -280,26 +348,24 @@ pub fn service(svc: Service) -> CachedService {
 /// A ConfigMap as the cache keeps it: with a digest, its data is never
 /// read back, only compared.
 pub fn config_map(cm: ConfigMap) -> CachedConfigMap {
-    slim(cm, true, |_| None)
+    slim(cm, true, true, |_| None)
 }
 
 /// A Pod as the cache keeps it: of its status the host IP, the pod IP and
 /// readiness. A Pod is never applied, so never compared.
 pub fn pod(pod: Pod) -> CachedPod {
-    let mut cached = slim(pod, false, |pod| {
+    slim(pod, false, false, |pod| {
         Some(PodState {
             host_ip: pod.host_ip().map(Box::from),
             pod_ip: pod.pod_ip().map(Box::from),
             ready: pod.ready(),
         })
-    });
-    cached.uid = None;
-    cached
+    })
 }
 
 /// A StatefulSet as the cache keeps it: its update revision.
 pub fn stateful_set(sts: StatefulSet) -> CachedStatefulSet {
-    slim(sts, true, |sts| {
+    slim(sts, true, true, |sts| {
         let revision = sts.status.as_ref()?.update_revision.as_deref();
         Some(StatefulSetState {
             update_revision: revision.map(Box::from),
@@ -323,6 +389,60 @@ mod tests {
         assert!(size_of::<CachedService>() < meta);
         assert!(size_of::<CachedStatefulSet>() < meta);
         assert!(size_of::<CachedConfigMap>() < meta);
+    }
+
+    #[test]
+    fn marks_keep_every_slot_apart_and_tell_empty_from_absent() {
+        let values = [
+            Some("u1"),
+            Some("c"),
+            None,
+            Some(""),
+            Some("rev"),
+            None,
+            Some("c"),
+            Some("h"),
+            Some("d"),
+        ];
+        let marks = Marks::pack(values);
+        let slots = [
+            Slot::Uid,
+            Slot::Cluster,
+            Slot::Shard,
+            Slot::Node,
+            Slot::Revision,
+            Slot::Controller,
+            Slot::ControllerCluster,
+            Slot::AppliedHash,
+            Slot::OwnedDigest,
+        ];
+        assert_eq!(slots.len(), SLOTS);
+        for (slot, want) in slots.into_iter().zip(values) {
+            assert_eq!(marks.get(slot), want, "{slot:?}");
+        }
+        assert_eq!(&*marks.text, "u1crevchd", "one allocation");
+        assert_eq!(Marks::default().get(Slot::Uid), None);
+        assert!(std::mem::size_of::<Marks>() <= 40);
+    }
+
+    #[test]
+    fn a_value_too_long_for_the_marks_is_absent_and_the_rest_kept() {
+        let long = "h".repeat(usize::from(u16::MAX));
+        let marks = Marks::pack([
+            Some("u1"),
+            Some("c"),
+            None,
+            None,
+            None,
+            None,
+            None,
+            Some(&long),
+            Some("d"),
+        ]);
+        assert_eq!(marks.get(Slot::AppliedHash), None);
+        assert_eq!(marks.get(Slot::Uid), Some("u1"));
+        assert_eq!(marks.get(Slot::Cluster), Some("c"));
+        assert_eq!(marks.get(Slot::OwnedDigest), Some("d"));
     }
 
     #[test]
