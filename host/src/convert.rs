@@ -134,16 +134,19 @@ fn belongs_to(o: &impl Labelled, cluster: &str) -> bool {
 /// What the snapshot reads of a Service: its labels, its ports and its
 /// load balancer's ingress.
 pub trait ServiceView: Labelled {
-    fn ports(&self) -> &[ServicePort];
+    /// Each port's name and NodePort.
+    fn ports(&self) -> impl Iterator<Item = (Option<&str>, Option<i32>)>;
     fn ingress(&self) -> &[LoadBalancerIngress];
 }
 
 impl ServiceView for Service {
-    fn ports(&self) -> &[ServicePort] {
+    fn ports(&self) -> impl Iterator<Item = (Option<&str>, Option<i32>)> {
         self.spec
             .as_ref()
             .and_then(|s| s.ports.as_deref())
             .unwrap_or_default()
+            .iter()
+            .map(|p| (p.name.as_deref(), p.node_port))
     }
     fn ingress(&self) -> &[LoadBalancerIngress] {
         self.status
@@ -164,11 +167,10 @@ pub fn observed_service(cluster: &str, svc: &impl ServiceView) -> Option<m::Obse
     let shard = label_index(svc, names::LABEL_SHARD)?;
     let ports = svc
         .ports()
-        .iter()
-        .filter_map(|p| {
+        .filter_map(|(name, node_port)| {
             Some(m::ObservedPort {
-                node: names::parse_port_name(p.name.as_deref()?)?,
-                node_port: p.node_port.and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
+                node: names::parse_port_name(name?)?,
+                node_port: node_port.and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
             })
         })
         .collect();

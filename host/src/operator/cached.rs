@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, LoadBalancerIngress, Pod, Service, ServicePort};
+use k8s_openapi::api::core::v1::{ConfigMap, LoadBalancerIngress, Pod, Service};
 use kube::Resource;
 use kube::api::ObjectMeta;
 use serde::Serialize;
@@ -226,8 +226,9 @@ pub struct StatefulSetState {
 /// What a reconcile reads of a Service's spec and status.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ServiceState {
-    /// Each port's name, port and NodePort.
-    pub ports: Vec<ServicePort>,
+    /// Each port's name and NodePort (a `ServicePort` is 112 bytes before
+    /// its heap data).
+    pub ports: Box<[(Option<Box<str>>, Option<i32>)]>,
     pub ingress: Vec<LoadBalancerIngress>,
 }
 
@@ -286,8 +287,11 @@ impl PodView for CachedPod {
 }
 
 impl ServiceView for CachedService {
-    fn ports(&self) -> &[ServicePort] {
-        self.state.as_ref().map_or(&[], |s| &s.ports)
+    fn ports(&self) -> impl Iterator<Item = (Option<&str>, Option<i32>)> {
+        let ports = self.state.as_ref().map_or(&[][..], |s| &s.ports);
+        ports
+            .iter()
+            .map(|(name, node_port)| (name.as_deref(), *node_port))
     }
     fn ingress(&self) -> &[LoadBalancerIngress] {
         self.state.as_ref().map_or(&[], |s| &s.ingress)
@@ -325,20 +329,14 @@ where
     }
 }
 
-/// A Service as the cache keeps it: its ports' names, ports and NodePorts
-/// and its load-balancer ingress are read for the guest's snapshot.
+/// A Service as the cache keeps it: its ports' names and NodePorts and its
+/// load-balancer ingress are read for the guest's snapshot.
 pub fn service(svc: Service) -> CachedService {
     slim(svc, true, true, |svc| {
         Some(ServiceState {
             ports: svc
                 .ports()
-                .iter()
-                .map(|p| ServicePort {
-                    name: p.name.clone(),
-                    port: p.port,
-                    node_port: p.node_port,
-                    ..ServicePort::default()
-                })
+                .map(|(name, node_port)| (name.map(Box::from), node_port))
                 .collect(),
             ingress: svc.ingress().to_vec(),
         })
@@ -525,12 +523,10 @@ mod tests {
         let cached = service(svc.clone());
         assert!(cached.whole.is_none());
         assert!(cached.owned_digest().is_some());
-        let port = &cached.ports()[0];
         assert_eq!(
-            (port.name.as_deref(), port.port, port.node_port),
-            (Some("vk-n0"), 6379, Some(30001))
+            cached.ports().collect::<Vec<_>>(),
+            [(Some("vk-n0"), Some(30001))]
         );
-        assert!(port.target_port.is_none() && port.protocol.is_none());
         assert_eq!(cached.ingress(), svc.ingress());
         assert_eq!(cached.label(LABEL_SHARD), Some("0"));
         assert_eq!(
