@@ -118,13 +118,16 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
         pods,
         ..
     } = &owned;
+    // Every cluster is looked at, so without a copy of its name or
+    // namespace unless it is one of the others.
     let others: Vec<String> = ctx
         .stores
         .clusters
         .state()
-        .into_iter()
-        .filter(|c| c.namespace().as_deref() == Some(&namespace) && c.name_any() != name)
-        .map(|c| c.name_any())
+        .iter()
+        .filter(|c| c.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        .filter_map(|c| c.metadata.name.as_deref().filter(|n| *n != name))
+        .map(String::from)
         .collect();
     let mut input = convert::input(
         vc,
