@@ -228,8 +228,15 @@ pub struct StatefulSetState {
 pub struct ServiceState {
     /// Each port's name and NodePort (a `ServicePort` is 112 bytes before
     /// its heap data).
-    pub ports: Box<[(Option<Box<str>>, Option<i32>)]>,
+    pub ports: Box<[CachedPort]>,
     pub ingress: Vec<LoadBalancerIngress>,
+}
+
+/// What the snapshot reads of a Service port.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachedPort {
+    pub name: Option<Box<str>>,
+    pub node_port: Option<i32>,
 }
 
 impl<K, S> Labelled for Slim<K, S> {
@@ -289,9 +296,7 @@ impl PodView for CachedPod {
 impl ServiceView for CachedService {
     fn ports(&self) -> impl Iterator<Item = (Option<&str>, Option<i32>)> {
         let ports = self.state.as_ref().map_or(&[][..], |s| &s.ports);
-        ports
-            .iter()
-            .map(|(name, node_port)| (name.as_deref(), *node_port))
+        ports.iter().map(|p| (p.name.as_deref(), p.node_port))
     }
     fn ingress(&self) -> &[LoadBalancerIngress] {
         self.state.as_ref().map_or(&[], |s| &s.ingress)
@@ -336,7 +341,10 @@ pub fn service(svc: Service) -> CachedService {
         Some(ServiceState {
             ports: svc
                 .ports()
-                .map(|(name, node_port)| (name.map(Box::from), node_port))
+                .map(|(name, node_port)| CachedPort {
+                    name: name.map(Box::from),
+                    node_port,
+                })
                 .collect(),
             ingress: svc.ingress().to_vec(),
         })
