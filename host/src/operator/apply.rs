@@ -57,7 +57,8 @@ struct Entries {
     /// one but is what shardgate's own apply of that hash left (the API
     /// server changed a value inside a field shardgate owns whole, such as
     /// a default inside an atomic struct): in place, not drift. Only such
-    /// objects have an entry.
+    /// objects have an entry; a prune drops the entries of what it deletes,
+    /// and [`Recent::ACCEPTED_MAX`] bounds the rest.
     accepted: HashMap<String, (String, String)>,
     /// When expired entries were last dropped: at most once per TTL, so a
     /// burst of applies (a cold start creates ~100 objects per cluster) does
@@ -67,6 +68,11 @@ struct Entries {
 
 impl Recent {
     pub const TTL: Duration = Duration::from_secs(10);
+    /// At most this many accepted digests are kept. An object deleted by
+    /// someone else (or with its cluster) leaves its entry behind; past the
+    /// bound an arbitrary entry gives way, and the object it belonged to,
+    /// if it still exists, costs one more no-op apply to be accepted again.
+    pub const ACCEPTED_MAX: usize = 4096;
 
     fn key<K: Resource<DynamicType = ()>>(namespace: &str, name: &str) -> String {
         format!("{}/{namespace}/{name}", K::plural(&()))
@@ -112,12 +118,25 @@ impl Recent {
     }
 
     fn accept(&self, key: &str, hash: &str, digest: String) {
-        let mut entries = self.entries.lock().unwrap();
-        entries.accepted.insert(key.into(), (hash.into(), digest));
+        let accepted = &mut self.entries.lock().unwrap().accepted;
+        if accepted.len() >= Self::ACCEPTED_MAX
+            && !accepted.contains_key(key)
+            && let Some(other) = accepted.keys().next().cloned()
+        {
+            accepted.remove(&other);
+        }
+        accepted.insert(key.into(), (hash.into(), digest));
     }
 
     fn seen(&self, key: &str) {
         self.entries.lock().unwrap().by_key.remove(key);
+    }
+
+    /// Forgets what was applied to and accepted of an object that is gone.
+    fn forget(&self, key: &str) {
+        let mut entries = self.entries.lock().unwrap();
+        entries.by_key.remove(key);
+        entries.accepted.remove(key);
     }
 }
 
@@ -208,10 +227,11 @@ where
 }
 
 /// Deletes every object of `owned` (what the cluster owns in `namespace`,
-/// see [`owned_by`], as cached) that is not in `keep`. Returns the names
-/// deleted.
+/// see [`owned_by`], as cached) that is not in `keep`, and forgets what
+/// `recent` held of it. Returns the names deleted.
 pub async fn prune<K, C: Entry>(
     client: &kube::Client,
+    recent: &Recent,
     owned: &[Arc<C>],
     namespace: &str,
     keep: &std::collections::BTreeSet<String>,
@@ -235,8 +255,13 @@ where
             ..DeleteParams::default()
         };
         match api.delete(&name, &params).await {
-            Ok(_) => deleted.push(name),
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Ok(_) => {
+                recent.forget(&Recent::key::<K>(namespace, &name));
+                deleted.push(name);
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                recent.forget(&Recent::key::<K>(namespace, &name));
+            }
             Err(e) => return Err(e),
         }
     }
@@ -272,7 +297,7 @@ pub fn contains(have: &Value, want: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{contains, hash};
+    use super::{Recent, contains, hash};
     use serde_json::json;
 
     /// The hash is stored in every applied object: an upgraded operator
@@ -285,6 +310,24 @@ mod tests {
     fn hash_is_sha256_of_the_compact_json() {
         let v = json!({"kind": "Service", "metadata": {"name": "a\"b", "labels": {"x": "é"}}, "n": [1, 2.5, null]});
         assert_eq!(hash(&v), "9e8768946e0e052988fb0997");
+    }
+
+    #[test]
+    fn accepted_digests_are_forgotten_with_their_object_and_bounded() {
+        let recent = Recent::default();
+        recent.accept("services/ns/a", "h1", "d1".into());
+        assert!(recent.accepted("services/ns/a", "h1", "d1"));
+        assert!(!recent.accepted("services/ns/a", "h1", "d2"));
+        recent.forget("services/ns/a");
+        assert!(!recent.accepted("services/ns/a", "h1", "d1"));
+
+        for i in 0..Recent::ACCEPTED_MAX + 10 {
+            recent.accept(&format!("services/ns/{i}"), "h", "d".into());
+        }
+        let accepted = recent.entries.lock().unwrap().accepted.len();
+        assert_eq!(accepted, Recent::ACCEPTED_MAX);
+        let last = format!("services/ns/{}", Recent::ACCEPTED_MAX + 9);
+        assert!(recent.accepted(&last, "h", "d"), "the newest is kept");
     }
 
     #[test]

@@ -492,7 +492,14 @@ impl Scope<'_> {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        let names = apply::prune::<K, C>(&self.ctx.client, owned, self.namespace, keep).await?;
+        let names = apply::prune::<K, C>(
+            &self.ctx.client,
+            &self.ctx.recent,
+            owned,
+            self.namespace,
+            keep,
+        )
+        .await?;
         for n in names {
             self.ctx.metrics.write("delete", resource);
             deleted.push(format!("{kind} {n}"));
