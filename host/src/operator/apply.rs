@@ -254,15 +254,14 @@ where
             }),
             ..DeleteParams::default()
         };
-        match api.delete(&name, &params).await {
-            Ok(_) => {
-                recent.forget(&Recent::key::<K>(namespace, &name));
-                deleted.push(name);
-            }
-            Err(kube::Error::Api(e)) if e.code == 404 => {
-                recent.forget(&Recent::key::<K>(namespace, &name));
-            }
+        let deleted_now = match api.delete(&name, &params).await {
+            Ok(_) => true,
+            Err(kube::Error::Api(e)) if e.code == 404 => false,
             Err(e) => return Err(e),
+        };
+        recent.forget(&Recent::key::<K>(namespace, &name));
+        if deleted_now {
+            deleted.push(name);
         }
     }
     Ok(deleted)

@@ -118,8 +118,7 @@ async fn run(vc: &Arc<ValkeyCluster>, ctx: &Context) -> Result<Action, Error> {
         pods,
         ..
     } = &owned;
-    // Every cluster is looked at, so without a copy of its name or
-    // namespace unless it is one of the others.
+    // Every cluster is looked at; only the others' names are copied.
     let others: Vec<String> = ctx
         .stores
         .clusters
