@@ -283,7 +283,18 @@ impl Emulator {
 
     /// Zeroes write and no-op counters.
     pub fn reset_counts(&self) {
-        self.shared.lock().counts = Default::default();
+        let mut st = self.shared.lock();
+        st.counts = Default::default();
+        st.store.emitted.clear();
+    }
+
+    /// Change events emitted per resource since the last
+    /// [`reset_counts`](Self::reset_counts), by resource (`pods`,
+    /// `statefulsets.apps`, `valkeyclusters.valkey.io`): API writes and the
+    /// emulated controllers' writes alike, each one event that every watch
+    /// of the resource is offered.
+    pub fn emitted_events(&self) -> BTreeMap<String, u64> {
+        self.shared.lock().store.emitted.clone()
     }
 
     /// Adds a fault rule.
@@ -345,6 +356,17 @@ impl Emulator {
             return Vec::new();
         };
         st.store.list(&res.key(), ns).into_iter().cloned().collect()
+    }
+
+    /// [`list`](Self::list) without copying: the stored objects themselves,
+    /// shared. For polling many large objects without holding the lock for
+    /// copies.
+    pub fn list_shared(&self, type_name: &str, ns: Option<&str>) -> Vec<Arc<Value>> {
+        let st = self.shared.lock();
+        let Ok(res) = self.resolve(&st, type_name) else {
+            return Vec::new();
+        };
+        st.store.list_shared(&res.key(), ns)
     }
 
     /// Creates an object directly (not counted as an API write). The type

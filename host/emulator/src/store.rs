@@ -58,6 +58,9 @@ pub(crate) struct Store {
     /// Watches from a resourceVersion below this get 410 Gone.
     compacted: u64,
     pub tx: broadcast::Sender<Notice>,
+    /// Change events emitted per resource key since the last reset: what
+    /// every watch of that resource is sent (before its own filtering).
+    pub emitted: BTreeMap<String, u64>,
 }
 
 pub(crate) fn set_rv(obj: &mut Value, rv: u64) {
@@ -76,6 +79,7 @@ impl Store {
             history_limit: history_limit.max(1),
             compacted: 0,
             tx,
+            emitted: BTreeMap::new(),
         }
     }
 
@@ -182,6 +186,7 @@ impl Store {
         object: Arc<Value>,
         prev: Option<Arc<Value>>,
     ) {
+        *self.emitted.entry(res_key.clone()).or_default() += 1;
         let ev = Arc::new(WatchEvent {
             rv: self.rv,
             res_key,
