@@ -40,6 +40,11 @@ use std::time::{Duration, Instant};
 use kube_emulator::{CustomResource, Emulator};
 use serde_json::{Value, json};
 
+// The emulator (the API server of this bench) allocates as the operator
+// does.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const SHARDS: u32 = 10;
 const REPLICAS: u32 = 2;
 const CRD: &str = include_str!("../../deploy/crds/valkeyclusters.valkey.io.yaml");
@@ -112,7 +117,7 @@ fn converged(vc: &Value) -> bool {
 }
 
 fn converged_count(emu: &Emulator) -> usize {
-    emu.list("valkeyclusters", None)
+    emu.list_shared("valkeyclusters", None)
         .iter()
         .filter(|vc| converged(vc))
         .count()
