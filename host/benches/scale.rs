@@ -40,6 +40,9 @@ use std::time::{Duration, Instant};
 use kube_emulator::{CustomResource, Emulator};
 use serde_json::{Value, json};
 
+#[path = "scale/floor.rs"]
+mod floor;
+
 // The emulator (the API server of this bench) allocates as the operator
 // does.
 #[global_allocator]
@@ -340,7 +343,7 @@ async fn phase(
     (row, op)
 }
 
-async fn size(n: usize, dir: &Path) -> Vec<Row> {
+async fn size(n: usize, dir: &Path) -> (Vec<Row>, FloorRow) {
     let emu = emulator(n).await;
     let kubeconfig: PathBuf = dir.join(format!("kubeconfig-{n}"));
     emu.write_kubeconfig(&kubeconfig)
@@ -353,6 +356,8 @@ async fn size(n: usize, dir: &Path) -> Vec<Row> {
     first.print();
     println!("         writes: {}", first.write_detail);
     op.stop();
+    // The first start's traffic, for the floor below.
+    let (writes, events) = (emu.write_counts(), emu.emitted_events());
 
     let (restart, op) = phase(&emu, &kubeconfig, n, "restart", |_, op| {
         op.metric("shardgate_reconcile_duration_seconds_count") >= n as f64
@@ -361,8 +366,45 @@ async fn size(n: usize, dir: &Path) -> Vec<Row> {
     restart.print();
     println!("         writes: {}", restart.write_detail);
     op.stop();
+
+    let floor = floor::run(&emu, &writes, &events, own_cpu_seconds)
+        .await
+        .expect("the floor replays the first start's traffic");
     emu.shutdown().await;
-    vec![first, restart]
+    let floor = FloorRow {
+        clusters: n,
+        floor,
+        first_start_seconds: first.seconds,
+        first_start_cpu_seconds: first.cpu_seconds + first.api_cpu_seconds,
+    };
+    floor.print();
+    (vec![first, restart], floor)
+}
+
+/// The floor under one size's first start, and the first start against it.
+struct FloorRow {
+    clusters: usize,
+    floor: floor::Floor,
+    first_start_seconds: f64,
+    /// The operator's and the emulator's CPU in the first start.
+    first_start_cpu_seconds: f64,
+}
+
+impl FloorRow {
+    fn print(&self) {
+        let f = &self.floor;
+        println!(
+            "{:>8} {:<12} {:>8} writes {:>8} events decoded {:>8.2} s wall {:>8.2} cpu s; first start / floor: {:.1}x wall, {:.1}x cpu",
+            self.clusters,
+            "floor",
+            f.writes,
+            f.events,
+            f.seconds,
+            f.cpu_seconds,
+            self.first_start_seconds / f.seconds,
+            self.first_start_cpu_seconds / f.cpu_seconds,
+        );
+    }
 }
 
 fn header() {
@@ -400,8 +442,11 @@ async fn main() {
     );
     header();
     let mut rows = Vec::new();
+    let mut floors = Vec::new();
     for n in sizes() {
-        rows.extend(size(n, &dir).await);
+        let (r, f) = size(n, &dir).await;
+        rows.extend(r);
+        floors.push(f);
     }
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -410,6 +455,12 @@ async fn main() {
     header();
     for r in &rows {
         r.print();
+    }
+    println!(
+        "floor: the first start's requests and watch events, HTTP and JSON only (no apply logic on either side), in this process"
+    );
+    for f in &floors {
+        f.print();
     }
     // Growth: each size against the smallest, same phase, same run.
     if let Some(base) = rows.iter().find(|r| r.phase == "first start") {
@@ -432,6 +483,21 @@ async fn main() {
                 "{} {}: not all converged",
                 r.clusters, r.phase
             );
+        }
+        for f in &floors {
+            let first = rows
+                .iter()
+                .find(|r| r.clusters == f.clusters && r.phase == "first start")
+                .unwrap();
+            assert_eq!(
+                f.floor.writes, first.writes,
+                "the floor replays every write"
+            );
+            assert_eq!(
+                f.floor.events, f.floor.expected_events,
+                "the floor decodes every event the first start emitted"
+            );
+            assert!(f.floor.events > f.floor.writes);
         }
         let restart = rows.iter().find(|r| r.phase == "restart").unwrap();
         assert_eq!(
