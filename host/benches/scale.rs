@@ -367,7 +367,7 @@ async fn size(n: usize, dir: &Path) -> (Vec<Row>, FloorRow) {
     println!("         writes: {}", restart.write_detail);
     op.stop();
 
-    let floor = floor::run(&emu, &writes, &events, own_cpu_seconds)
+    let floor = floor::run(&emu, &writes, &events, own_cpu_seconds, cpu_seconds_of)
         .await
         .expect("the floor replays the first start's traffic");
     emu.shutdown().await;
@@ -376,6 +376,7 @@ async fn size(n: usize, dir: &Path) -> (Vec<Row>, FloorRow) {
         floor,
         first_start_seconds: first.seconds,
         first_start_cpu_seconds: first.cpu_seconds + first.api_cpu_seconds,
+        first_start_operator_cpu_seconds: first.cpu_seconds,
     };
     floor.print();
     (vec![first, restart], floor)
@@ -388,21 +389,25 @@ struct FloorRow {
     first_start_seconds: f64,
     /// The operator's and the emulator's CPU in the first start.
     first_start_cpu_seconds: f64,
+    first_start_operator_cpu_seconds: f64,
 }
 
 impl FloorRow {
     fn print(&self) {
         let f = &self.floor;
         println!(
-            "{:>8} {:<12} {:>8} writes {:>8} events decoded {:>8.2} s wall {:>8.2} cpu s; first start / floor: {:.1}x wall, {:.1}x cpu",
+            "{:>8} {:<12} {:>8} writes {:>8} events decoded {:>8.2} s wall {:>8.2} cpu s (client {:.2}, server {:.2}); first start / floor: {:.1}x wall, {:.1}x cpu, operator / client {:.1}x cpu",
             self.clusters,
             "floor",
             f.writes,
             f.events,
             f.seconds,
             f.cpu_seconds,
+            f.client_cpu_seconds(),
+            f.server_cpu_seconds,
             self.first_start_seconds / f.seconds,
             self.first_start_cpu_seconds / f.cpu_seconds,
+            self.first_start_operator_cpu_seconds / f.client_cpu_seconds(),
         );
     }
 }

@@ -12,6 +12,10 @@
 //! server built on hyper and serde_json, and its wall time the least a first
 //! start could take on these cores.
 //!
+//! The server runs on threads of its own, so the client's CPU (what an
+//! operator's side of this traffic costs when the API server runs elsewhere,
+//! as in a real cluster) is reported apart from the server's.
+//!
 //! The traffic is taken from the first start that just ran: per resource,
 //! its count of API writes (each one a request whose body is one of that
 //! resource's objects, stripped of what the server owns, and whose answer is
@@ -100,7 +104,35 @@ pub struct Floor {
     pub events: u64,
     pub expected_events: u64,
     pub seconds: f64,
+    /// The whole process's CPU over the replay: client and server.
     pub cpu_seconds: f64,
+    /// The server's threads' share of it.
+    pub server_cpu_seconds: f64,
+}
+
+impl Floor {
+    /// The client's share: what an operator's side of this traffic costs.
+    pub fn client_cpu_seconds(&self) -> f64 {
+        self.cpu_seconds - self.server_cpu_seconds
+    }
+}
+
+/// The floor server's thread name.
+const SERVER_THREAD: &str = "floor-server";
+
+/// CPU seconds of this process's threads named `name`, from each thread's
+/// `/proc/self/task/<tid>/stat` through `cpu_of_stat`.
+fn threads_cpu_seconds(name: &str, cpu_of_stat: &impl Fn(&str) -> f64) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .map(|t| cpu_of_stat(&std::fs::read_to_string(t.path().join("stat")).unwrap_or_default()))
+        .sum()
 }
 
 /// One write to replay: where it goes and what it carries.
@@ -255,6 +287,7 @@ pub async fn run(
     writes: &kube_emulator::WriteCounts,
     events: &BTreeMap<String, u64>,
     cpu_seconds: impl Fn() -> f64,
+    cpu_of_stat: impl Fn(&str) -> f64,
 ) -> anyhow::Result<Floor> {
     // The objects, and the writes of each namespace in turn.
     let mut objects = HashMap::new();
@@ -324,12 +357,21 @@ pub async fn run(
         watches: Mutex::new(watches),
         senders,
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    // The server runs on threads of its own, so that its CPU is counted
+    // apart from the client's.
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(SERVER_THREAD)
+        .enable_all()
+        .build()?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
     let url = format!("http://{}", listener.local_addr()?);
     let app = axum::Router::new()
         .fallback(handle)
         .with_state(server.clone());
-    let serving = tokio::spawn(async move { axum::serve(listener, app).await });
+    let serving = server_runtime
+        .spawn(async move { axum::serve(tokio::net::TcpListener::from_std(listener)?, app).await });
     let client = kube::Client::try_from(kube::Config::new(url.parse()?))?;
 
     let expected = |plural: &str| -> u64 {
@@ -346,6 +388,7 @@ pub async fn run(
         .sum();
     let started = Instant::now();
     let cpu_before = cpu_seconds();
+    let server_cpu_before = threads_cpu_seconds(SERVER_THREAD, &cpu_of_stat);
     let watchers = futures::future::try_join5(
         tokio::spawn(decode::<Service>(client.clone(), expected("services"))),
         tokio::spawn(decode::<ConfigMap>(client.clone(), expected("configmaps"))),
@@ -360,7 +403,7 @@ pub async fn run(
         )),
     );
     // The controllers' events, serialised by the server as it goes.
-    let extras = tokio::spawn({
+    let extras = server_runtime.spawn({
         let server = server.clone();
         async move {
             for (plural, objects, count) in extra_events {
@@ -417,7 +460,9 @@ pub async fn run(
         expected_events,
         seconds: started.elapsed().as_secs_f64(),
         cpu_seconds: cpu_seconds() - cpu_before,
+        server_cpu_seconds: threads_cpu_seconds(SERVER_THREAD, &cpu_of_stat) - server_cpu_before,
     };
     serving.abort();
+    server_runtime.shutdown_background();
     Ok(floor)
 }
