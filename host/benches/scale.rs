@@ -12,6 +12,11 @@
 //!   state, until it has reconciled every cluster once; it must write
 //!   nothing.
 //!
+//! Then a third, **floor** (`scale/floor.rs`): the first start's requests
+//! and watch events replayed through HTTP and JSON against a server with no
+//! logic, the client's and the server's CPU apart: what any operator and API
+//! server that speak JSON over HTTP/1.1 would pay for that traffic here.
+//!
 //! Reported per phase: wall time, peak RSS (`VmHWM`) and RSS at the end
 //! (`VmRSS`), CPU time, the guest's
 //! share of that CPU (the operator's own `guest_call_duration_seconds`,
