@@ -372,7 +372,7 @@ async fn size(n: usize, dir: &Path) -> (Vec<Row>, FloorRow) {
     println!("         writes: {}", restart.write_detail);
     op.stop();
 
-    let floor = floor::run(&emu, &writes, &events, own_cpu_seconds, cpu_seconds_of)
+    let floor = floor::run(&emu, &writes, &events, cpu_seconds_of)
         .await
         .expect("the floor replays the first start's traffic");
     emu.shutdown().await;

@@ -281,14 +281,16 @@ where
 }
 
 /// Replays the traffic `emu`'s last phase counted (`writes` and `events`
-/// from it) against the floor server, and measures it.
+/// from it) against the floor server, and measures it; `cpu_of_stat` reads
+/// CPU seconds from a `/proc` `stat` line.
 pub async fn run(
     emu: &Emulator,
     writes: &kube_emulator::WriteCounts,
     events: &BTreeMap<String, u64>,
-    cpu_seconds: impl Fn() -> f64,
     cpu_of_stat: impl Fn(&str) -> f64,
 ) -> anyhow::Result<Floor> {
+    let cpu_seconds =
+        || cpu_of_stat(&std::fs::read_to_string("/proc/self/stat").unwrap_or_default());
     // The objects, and the writes of each namespace in turn.
     let mut objects = HashMap::new();
     let mut per_namespace: BTreeMap<String, Vec<Write>> = BTreeMap::new();
