@@ -1,19 +1,10 @@
 //! A node's announce settings and its `valkey.conf`.
 
 use crate::endpoints::{External, format_ip};
-use crate::model::{IpAddress, Pair};
-use crate::names;
-
-/// The client-facing announce settings, in the order they are reported.
-pub const ANNOUNCE_KEYS: [&str; 7] = [
-    "cluster-announce-human-nodename",
-    "cluster-announce-hostname",
-    "cluster-announce-client-ipv4",
-    "cluster-announce-client-ipv6",
-    "cluster-announce-client-port",
-    "cluster-announce-client-tls-port",
-    "cluster-preferred-endpoint-type",
-];
+use shardgate_contract::announce::KEYS;
+use shardgate_contract::model::{IpAddress, Pair};
+use shardgate_contract::names;
+use shardgate_contract::paths::TLS_DIR;
 
 /// What a node announces to clients.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -53,7 +44,7 @@ impl Announce {
         a
     }
 
-    /// Every key of [`ANNOUNCE_KEYS`] with the value to `CONFIG SET`; unset
+    /// Every key of [`KEYS`] with the value to `CONFIG SET`; unset
     /// settings carry the value that resets them.
     pub fn settings(&self) -> Vec<Pair> {
         let (v4, v6) = match self.client_ip {
@@ -80,17 +71,12 @@ impl Announce {
             }
             .to_string(),
         ];
-        ANNOUNCE_KEYS
-            .iter()
+        KEYS.iter()
             .zip(values)
             .map(|(k, v)| ((*k).to_string(), v))
             .collect()
     }
 }
-
-/// Where the node's files live in the container.
-pub const DATA_DIR: &str = "/data";
-pub const TLS_DIR: &str = "/etc/valkey/tls";
 
 /// The node's `valkey.conf`: fixed cluster settings, TLS, then the announce
 /// settings that differ from Valkey's defaults, so a restarted node comes
@@ -142,7 +128,7 @@ mod tests {
     fn none_resets_every_key() {
         let s = Announce::none(false).settings();
         let keys: Vec<_> = s.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, ANNOUNCE_KEYS);
+        assert_eq!(keys, KEYS);
         assert_eq!(s[4].1, "0");
         assert_eq!(s[6].1, "ip");
         assert!(!config("c-0-0", &Announce::none(false)).contains("announce"));

@@ -2,13 +2,13 @@
 //! wit-bindgen types and [`crate::model`] and calls the pure logic.
 
 wit_bindgen::generate!({
-    path: "../wit",
+    path: "../wit/reconcile.wit",
     world: "shardgate",
 });
 
-use crate::model as m;
 use exports::shardgate::reconcile::reconciler::Guest;
 use shardgate::reconcile::types as w;
+use shardgate_contract::model as m;
 
 struct Component;
 

@@ -2,11 +2,11 @@
 //! spec and the observed Services and Pods. Announce settings, the node config
 //! and the status all read these facts, so they can never disagree.
 
-use crate::model::{
+use shardgate_contract::model::{
     EndpointType, ExternalAccess, Ingress, IpAddress, Observed, ObservedPod, ObservedService,
     ServiceType,
 };
-use crate::names;
+use shardgate_contract::names;
 
 /// Why a node has no usable external endpoint yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

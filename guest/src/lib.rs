@@ -12,19 +12,24 @@
 
 pub mod announce;
 pub mod endpoints;
-pub mod model;
-pub mod names;
 pub mod services;
 pub mod status;
+pub mod syntax;
 pub mod topology;
 pub mod validate;
 
+// The bindings wit-bindgen generates export functions by symbol name and
+// lift and lower through raw pointers: the only unsafe code of the guest.
 #[cfg(target_arch = "wasm32")]
+#[allow(unsafe_code)]
 mod component;
 
 use announce::Announce;
 use endpoints::{External, Index};
-use model::{Cluster, Desired, Error, Input, Node, Pair, Severity, Status, Violation, Workload};
+use shardgate_contract::model::{
+    Cluster, Desired, Error, Input, Node, Pair, Severity, Status, Violation, Workload,
+};
+use shardgate_contract::{labels, names};
 
 /// Computes the desired state of one cluster. Fails, listing every error, if
 /// the spec is invalid; warnings are returned in [`Desired::warnings`].
@@ -144,9 +149,9 @@ pub fn generated_names(cluster: &Cluster) -> Vec<String> {
 pub fn common_labels(cluster: &str) -> Vec<Pair> {
     vec![
         ("app.kubernetes.io/instance".into(), cluster.into()),
-        ("app.kubernetes.io/managed-by".into(), "shardgate".into()),
+        (labels::MANAGED_BY.into(), labels::MANAGER.into()),
         ("app.kubernetes.io/name".into(), "valkey".into()),
-        (names::LABEL_CLUSTER.into(), cluster.into()),
+        (labels::CLUSTER.into(), cluster.into()),
     ]
 }
 

@@ -1,8 +1,8 @@
 //! The per-shard Services.
 
 use crate::endpoints::Index;
-use crate::model::{ExternalAccess, ServicePort, ShardService};
-use crate::names;
+use shardgate_contract::model::{ExternalAccess, ServicePort, ShardService};
+use shardgate_contract::names;
 
 /// One Service per shard with one port per node, in node order. Port `i` is
 /// named `vk-n<i>`, listens on `6379 + i` and targets the container port of

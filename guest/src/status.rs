@@ -1,9 +1,11 @@
 //! `status.externalEndpoints` and the `ExternalAccessReady` condition.
 
 use crate::endpoints::{External, Pending};
-use crate::model::{Condition, ConditionStatus, NodeEndpoint, ServiceType, ShardEndpoint};
+use shardgate_contract::model::{
+    Condition, ConditionStatus, NodeEndpoint, ServiceType, ShardEndpoint,
+};
 
-pub const EXTERNAL_ACCESS_READY: &str = "ExternalAccessReady";
+use shardgate_contract::conditions::EXTERNAL_ACCESS_READY;
 
 /// One entry per shard of `shards`, in that order. `externals` is
 /// shard-major, `nodes` per shard.

@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::{
+use shardgate_contract::model::{
     AddSlots, Meet, Migrate, NodeRef, ObservedPod, Replicate, SlotRange, Step, Topology, ValkeyNode,
 };
 
@@ -584,7 +584,7 @@ fn not_formed_reason(view: &View<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Peer;
+    use shardgate_contract::model::Peer;
 
     fn id(shard: u32, node: u32) -> String {
         format!("id-{shard}-{node}")

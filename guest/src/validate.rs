@@ -1,7 +1,10 @@
 //! Validation of a cluster spec. Every violation names the field it concerns.
 
-use crate::model::{Cluster, EndpointType, ServiceType, Severity, TrafficPolicy, Violation};
-use crate::names;
+use crate::syntax;
+use shardgate_contract::model::{
+    Cluster, EndpointType, ServiceType, Severity, TrafficPolicy, Violation,
+};
+use shardgate_contract::names;
 
 /// Most shards a cluster may have (Valkey advises against more than about a
 /// thousand nodes per cluster).
@@ -64,7 +67,7 @@ fn nodes_per_shard(cluster: &Cluster) -> u32 {
 
 fn check_name(cluster: &Cluster, out: &mut Findings) {
     let name = &cluster.name;
-    if !names::is_dns_label(name) {
+    if !syntax::is_dns_label(name) {
         out.error(
             "metadata.name",
             format!(
@@ -82,26 +85,26 @@ fn check_name(cluster: &Cluster, out: &mut Findings) {
     let last_shard = cluster.shards as u32 - 1;
     let last_node = nodes_per_shard(cluster) - 1;
     let service = names::shard_service(name, last_shard);
-    if service.len() > names::MAX_LABEL {
+    if service.len() > syntax::MAX_LABEL {
         out.error(
             "metadata.name",
             format!(
                 "is too long: the shard Service name {service:?} has {} characters, more than \
                  the {} allowed",
                 service.len(),
-                names::MAX_LABEL
+                syntax::MAX_LABEL
             ),
         );
     }
     let node = names::node_object(name, last_shard, last_node);
-    if node.len() > names::MAX_STATEFULSET_NAME {
+    if node.len() > syntax::MAX_STATEFULSET_NAME {
         out.error(
             "metadata.name",
             format!(
                 "is too long: the node StatefulSet name {node:?} has {} characters, more than \
                  the {} allowed (its pods' controller-revision-hash label must fit 63)",
                 node.len(),
-                names::MAX_STATEFULSET_NAME
+                syntax::MAX_STATEFULSET_NAME
             ),
         );
     }
@@ -145,7 +148,7 @@ fn check_workload(cluster: &Cluster, out: &mut Findings) {
         );
     }
     if let Some(secret) = &cluster.tls
-        && !names::is_dns_subdomain(secret)
+        && !syntax::is_dns_subdomain(secret)
     {
         out.error("spec.tls", format!("{secret:?} is not a valid Secret name"));
     }
@@ -156,7 +159,7 @@ fn check_workload(cluster: &Cluster, out: &mut Findings) {
         ] {
             for (key, value) in list {
                 let field = format!("spec.resources.{section}.{key}");
-                if !names::is_qualified_name(key) {
+                if !syntax::is_qualified_name(key) {
                     out.error(&field, format!("{key:?} is not a valid resource name"));
                 }
                 if !is_quantity(value) {
@@ -177,7 +180,7 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
     const EA: &str = "spec.externalAccess";
     let mut domain_ok = true;
     if let Some(domain) = &ea.domain
-        && !names::is_dns_subdomain(domain)
+        && !syntax::is_dns_subdomain(domain)
     {
         domain_ok = false;
         out.error(
@@ -186,7 +189,7 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
         );
     }
     let mut prefix_ok = true;
-    if !names::is_dns_label(&ea.hostname_prefix) {
+    if !syntax::is_dns_label(&ea.hostname_prefix) {
         prefix_ok = false;
         out.error(
             format!("{EA}.hostnamePrefix"),
@@ -195,26 +198,26 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
     }
     if (1..=MAX_SHARDS).contains(&cluster.shards) && prefix_ok {
         let last = cluster.shards as u32 - 1;
-        let label = ea.hostname_prefix.len() + 1 + names::digits(last);
-        if label > names::MAX_LABEL {
+        let label = ea.hostname_prefix.len() + 1 + syntax::digits(last);
+        if label > syntax::MAX_LABEL {
             out.error(
                 format!("{EA}.hostnamePrefix"),
                 format!(
                     "is too long: the hostname label \"{}-{last}\" has {label} characters, more \
                      than {}",
                     ea.hostname_prefix,
-                    names::MAX_LABEL
+                    syntax::MAX_LABEL
                 ),
             );
         } else if let Some(domain) = ea.domain.as_deref().filter(|_| domain_ok) {
             let host = names::announce_hostname(&ea.hostname_prefix, last, domain);
-            if host.len() > names::MAX_DNS_NAME {
+            if host.len() > syntax::MAX_DNS_NAME {
                 out.error(
                     format!("{EA}.domain"),
                     format!(
                         "is too long: the hostname {host:?} has {} characters, more than {}",
                         host.len(),
-                        names::MAX_DNS_NAME
+                        syntax::MAX_DNS_NAME
                     ),
                 );
             }
@@ -223,7 +226,7 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
     let mut annotation_bytes = 0;
     for (key, value) in &ea.service_annotations {
         annotation_bytes += key.len() + value.len();
-        if !names::is_qualified_name(key) {
+        if !syntax::is_qualified_name(key) {
             out.error(
                 format!("{EA}.serviceAnnotations[{key:?}]"),
                 "is not a valid annotation key (an optional DNS prefix and '/', then up to 63 \

@@ -1,6 +1,6 @@
 //! Table tests of the reconcile logic, run natively.
 
-use shardgate_guest::model::*;
+use shardgate_contract::model::*;
 use shardgate_guest::{reconcile, validate};
 
 fn cluster(shards: i32, replicas: i32, ea: Option<ExternalAccess>) -> Cluster {
@@ -350,7 +350,7 @@ fn shards_three_to_one_drops_excess_services() {
 /// Service (with its NodePort), its node objects and its endpoints.
 #[test]
 fn shards_three_to_two_keep_a_draining_shard() {
-    use shardgate_guest::model::{Peer, SlotRange, ValkeyNode};
+    use shardgate_contract::model::{Peer, SlotRange, ValkeyNode};
     let fact = |shard: u32, start: u32, end: u32| ValkeyNode {
         shard,
         node: 0,
@@ -388,7 +388,7 @@ fn shards_three_to_two_keep_a_draining_shard() {
         d.topology
             .steps
             .iter()
-            .all(|s| matches!(s, shardgate_guest::model::Step::Migrate(_)))
+            .all(|s| matches!(s, Step::Migrate(_)))
     );
 }
 

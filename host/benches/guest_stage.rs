@@ -30,8 +30,8 @@ use shardgate::crd::{
 };
 use shardgate::reconciler::{Native, Reconciler};
 use shardgate::runtime::{EMBEDDED_GUEST, Limits, Module, RECONCILER_INTERFACE, Runtime};
-use shardgate_guest::model::{Cluster, Desired, Error as GuestError, Input, Violation};
-use shardgate_guest::names;
+use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
+use shardgate_contract::{labels, names};
 use wasmtime::Store;
 use wasmtime::component::{Component, ComponentExportIndex, Instance, Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -166,17 +166,17 @@ impl Snapshot {
 }
 
 fn meta(name: String, shard: u32, node: Option<u32>) -> ObjectMeta {
-    let mut labels = BTreeMap::from([
-        (names::LABEL_CLUSTER.to_string(), CLUSTER.to_string()),
-        (names::LABEL_SHARD.to_string(), shard.to_string()),
+    let mut label_map = BTreeMap::from([
+        (labels::CLUSTER.to_string(), CLUSTER.to_string()),
+        (labels::SHARD.to_string(), shard.to_string()),
     ]);
     if let Some(node) = node {
-        labels.insert(names::LABEL_NODE.to_string(), node.to_string());
+        label_map.insert(labels::NODE.to_string(), node.to_string());
     }
     ObjectMeta {
         name: Some(name),
         namespace: Some(NAMESPACE.into()),
-        labels: Some(labels),
+        labels: Some(label_map),
         ..ObjectMeta::default()
     }
 }

@@ -53,7 +53,7 @@ use shardgate::operator::Metrics;
 use shardgate::reconciler::{Native, Reconciler};
 use shardgate::runtime::cache::{Cache, Loaded};
 use shardgate::runtime::{EMBEDDED_GUEST, Limits, Runtime, Tier};
-use shardgate_guest::model::{Desired, Input};
+use shardgate_contract::model::{Desired, Input};
 use tokio::sync::broadcast::error::RecvError;
 
 /// How often the background loop reconciles (the operator's hot-swap test

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
-use shardgate_guest::model::{Severity, Violation};
+use shardgate_contract::model::{Severity, Violation};
 
 use crate::convert;
 use crate::reconciler::Reconciler;

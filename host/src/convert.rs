@@ -24,8 +24,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
-use shardgate_guest::model::{self as m, Desired, Input, Pair};
-use shardgate_guest::names;
+use shardgate_contract::model::{self as m, Desired, Input, Pair};
+use shardgate_contract::{labels, names};
 
 use crate::crd::{
     EndpointType, NodeEndpointStatus, ServiceType, ShardEndpointStatus, TrafficPolicy,
@@ -128,7 +128,7 @@ fn label_index(o: &impl Labelled, key: &str) -> Option<u32> {
 }
 
 fn belongs_to(o: &impl Labelled, cluster: &str) -> bool {
-    o.label(names::LABEL_CLUSTER) == Some(cluster)
+    o.label(labels::CLUSTER) == Some(cluster)
 }
 
 /// What the snapshot reads of a Service: its labels, its ports and its
@@ -161,10 +161,10 @@ impl ServiceView for Service {
 /// no node label (node headless Services carry one). Its ports are matched
 /// by name (`vk-n<i>`); others are ignored.
 pub fn observed_service(cluster: &str, svc: &impl ServiceView) -> Option<m::ObservedService> {
-    if !belongs_to(svc, cluster) || label_index(svc, names::LABEL_NODE).is_some() {
+    if !belongs_to(svc, cluster) || label_index(svc, labels::NODE).is_some() {
         return None;
     }
-    let shard = label_index(svc, names::LABEL_SHARD)?;
+    let shard = label_index(svc, labels::SHARD)?;
     let ports = svc
         .ports()
         .filter_map(|(name, node_port)| {
@@ -227,8 +227,8 @@ pub fn observed_pod(cluster: &str, pod: &impl PodView) -> Option<m::ObservedPod>
         return None;
     }
     Some(m::ObservedPod {
-        shard: label_index(pod, names::LABEL_SHARD)?,
-        node: label_index(pod, names::LABEL_NODE)?,
+        shard: label_index(pod, labels::SHARD)?,
+        node: label_index(pod, labels::NODE)?,
         host_ip: pod.host_ip().and_then(parse_ip),
         ready: pod.ready(),
         // Set by the operator, which knows the StatefulSet's revision.
@@ -312,7 +312,7 @@ pub fn objects(vc: &ValkeyCluster, desired: &Desired) -> Objects {
         .iter()
         .map(|s| {
             let mut labels = base_labels.clone();
-            labels.insert(names::LABEL_SHARD.into(), s.shard.to_string());
+            labels.insert(labels::SHARD.into(), s.shard.to_string());
             let mut metadata = meta(&s.name, labels);
             metadata.annotations = annotations.clone();
             Service {
@@ -358,8 +358,8 @@ pub fn objects(vc: &ValkeyCluster, desired: &Desired) -> Objects {
         .iter()
         .map(|n| {
             let mut labels = base_labels.clone();
-            labels.insert(names::LABEL_SHARD.into(), n.shard.to_string());
-            labels.insert(names::LABEL_NODE.into(), n.node.to_string());
+            labels.insert(labels::SHARD.into(), n.shard.to_string());
+            labels.insert(labels::NODE.into(), n.node.to_string());
             let selector = selector(&cluster_name, n.shard, Some(n.node));
             NodeObjects {
                 config_map: ConfigMap {
@@ -419,11 +419,11 @@ fn service_port(name: &str, port: u32) -> ServicePort {
 
 fn selector(cluster: &str, shard: u32, node: Option<u32>) -> BTreeMap<String, String> {
     let mut s = BTreeMap::from([
-        (names::LABEL_CLUSTER.to_string(), cluster.to_string()),
-        (names::LABEL_SHARD.to_string(), shard.to_string()),
+        (labels::CLUSTER.to_string(), cluster.to_string()),
+        (labels::SHARD.to_string(), shard.to_string()),
     ]);
     if let Some(node) = node {
-        s.insert(names::LABEL_NODE.to_string(), node.to_string());
+        s.insert(labels::NODE.to_string(), node.to_string());
     }
     s
 }
@@ -471,7 +471,7 @@ fn stateful_set(
         },
         VolumeMount {
             name: "data".into(),
-            mount_path: shardgate_guest::announce::DATA_DIR.into(),
+            mount_path: shardgate_contract::paths::DATA_DIR.into(),
             ..VolumeMount::default()
         },
     ];
@@ -493,7 +493,7 @@ fn stateful_set(
     if let Some(secret) = &w.tls_secret {
         mounts.push(VolumeMount {
             name: "tls".into(),
-            mount_path: shardgate_guest::announce::TLS_DIR.into(),
+            mount_path: shardgate_contract::paths::TLS_DIR.into(),
             read_only: Some(true),
             ..VolumeMount::default()
         });

@@ -102,7 +102,7 @@ pub struct ExternalAccessSpec {
 }
 
 fn default_hostname_prefix() -> String {
-    shardgate_guest::names::DEFAULT_HOSTNAME_PREFIX.to_string()
+    shardgate_contract::names::DEFAULT_HOSTNAME_PREFIX.to_string()
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -2,7 +2,7 @@
 //! wasm module (what the operator uses) and the same crate linked natively
 //! (the reference for differential tests and benchmarks).
 
-use shardgate_guest::model::{Cluster, Desired, Error as GuestError, Input, Violation};
+use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 
 use crate::runtime::{CallError, Module, Tier};
 

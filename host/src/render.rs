@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Resource, ResourceExt};
 use serde::Deserialize;
-use shardgate_guest::model::{Severity, Violation};
+use shardgate_contract::model::{Severity, Violation};
 
 use crate::convert;
 use crate::crd::ValkeyCluster;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use shardgate_guest::model::*;
+use shardgate_contract::model::*;
 
 /// The observed state after applying `desired` on top of `before`: each
 /// desired shard Service exists with its desired ports; a port without a

@@ -5,7 +5,7 @@
 use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;
-use shardgate_guest::model::*;
+use shardgate_contract::model::*;
 
 pub fn name() -> impl Strategy<Value = String> {
     prop_oneof![

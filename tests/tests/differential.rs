@@ -37,8 +37,8 @@ proptest! {
 
 #[test]
 fn a_large_cluster_is_identical_too() {
-    let input = shardgate_guest::model::Input {
-        cluster: shardgate_guest::model::Cluster {
+    let input = shardgate_contract::model::Input {
+        cluster: shardgate_contract::model::Cluster {
             name: "big".into(),
             namespace: "default".into(),
             shards: 500,

@@ -185,7 +185,7 @@ async fn role(addr: SocketAddr) -> String {
 fn pod_name(sandbox: &Sandbox, shard: u32, node: u32) -> String {
     format!(
         "{}-0",
-        shardgate_guest::names::node_object(sandbox.name(), shard, node)
+        shardgate_contract::names::node_object(sandbox.name(), shard, node)
     )
 }
 
@@ -405,7 +405,7 @@ async fn scale_in_moves_slots_before_removing_services() {
         }
         ids
     };
-    let service = shardgate_guest::names::shard_service(sandbox.name(), 2);
+    let service = shardgate_contract::names::shard_service(sandbox.name(), 2);
     let watcher = pod_addr(&sandbox, 0, 0);
     sandbox.patch_spec(json!({"shards": 2})).await.unwrap();
     let saw_migration = AtomicBool::new(false);

@@ -21,7 +21,7 @@ use shardgate::modules::{self, Checker, Golden, ModuleManager, ModuleSource, Ser
 use shardgate::operator::{self, Metrics, Options};
 use shardgate::reconciler::Reconciler;
 use shardgate::runtime::{CallError, EMBEDDED_GUEST, Limits, Runtime, Tier};
-use shardgate_guest::model::{Cluster, Desired, Error as GuestError, Input, Violation};
+use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 use tokio::sync::{broadcast, oneshot};
 
 const MISBEHAVE: &[u8] = include_bytes!(env!("MISBEHAVE_WASM"));
@@ -152,7 +152,7 @@ impl Operator {
             reconcile_all: Some(resync.clone()),
             manage_valkey: false,
             // Every trigger reconciles: the tests count reconciles.
-            debounce: std::time::Duration::ZERO,
+            debounce: Duration::ZERO,
         };
         let task = tokio::spawn(operator::run_with_modules(
             options,

@@ -42,7 +42,7 @@ impl Operator {
             // The emulator's pods are not real processes.
             manage_valkey: false,
             // Every trigger reconciles: the tests count reconciles.
-            debounce: std::time::Duration::ZERO,
+            debounce: Duration::ZERO,
         };
         let module: Arc<dyn Reconciler> = Arc::new(MODULE.clone());
         let task = tokio::spawn(operator::run(

@@ -4,9 +4,10 @@
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
-use shardgate_guest::model::*;
-use shardgate_guest::names;
+use shardgate_contract::model::*;
+use shardgate_contract::names;
 use shardgate_guest::reconcile;
+use shardgate_guest::syntax;
 use shardgate_tests::{apply::applied, strategies};
 
 fn config() -> ProptestConfig {
@@ -59,21 +60,21 @@ proptest! {
     fn names_are_valid(input in strategies::input()) {
         let Ok(d) = reconcile(&input) else { return Ok(()) };
         for s in &d.services {
-            prop_assert!(names::is_dns_label(&s.name) && s.name.starts_with(|c: char| c.is_ascii_lowercase()), "{}", s.name);
+            prop_assert!(syntax::is_dns_label(&s.name) && s.name.starts_with(|c: char| c.is_ascii_lowercase()), "{}", s.name);
             for p in &s.ports {
-                prop_assert!(names::is_iana_service_name(&p.name), "{}", p.name);
+                prop_assert!(syntax::is_iana_service_name(&p.name), "{}", p.name);
             }
         }
         for n in &d.nodes {
-            prop_assert!(names::is_dns_label(&n.name) && n.name.len() <= names::MAX_STATEFULSET_NAME, "{}", n.name);
-            prop_assert!(names::is_iana_service_name(&n.port_name), "{}", n.port_name);
+            prop_assert!(syntax::is_dns_label(&n.name) && n.name.len() <= syntax::MAX_STATEFULSET_NAME, "{}", n.name);
+            prop_assert!(syntax::is_iana_service_name(&n.port_name), "{}", n.port_name);
             if let Some((_, host)) = n.announce.iter().find(|(k, _)| k == "cluster-announce-hostname")
                 && !host.is_empty() {
                 prop_assert!(host.len() < 256 && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'), "{}", host);
             }
         }
         for (k, _) in &d.labels {
-            prop_assert!(names::is_qualified_name(k));
+            prop_assert!(syntax::is_qualified_name(k));
         }
     }
 

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use shardgate::runtime::{CallError, Limits, Runtime};
-use shardgate_guest::model::{Cluster, Input};
+use shardgate_contract::model::{Cluster, Input};
 
 const MISBEHAVE: &[u8] = include_bytes!(env!("MISBEHAVE_WASM"));
 

@@ -62,7 +62,7 @@ impl Operator {
             // These tests check the kubelet and proxy, not cluster formation.
             manage_valkey: false,
             // Every trigger reconciles: the tests count reconciles.
-            debounce: std::time::Duration::ZERO,
+            debounce: Duration::ZERO,
         };
         let module: Arc<dyn Reconciler> = Arc::new(MODULE.clone());
         let task = tokio::spawn(operator::run(

@@ -19,7 +19,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Value};
 use shardgate::valkey::NodeClient;
-use shardgate_guest::model::{
+use shardgate_contract::model::{
     Cluster, ExternalAccess, Input, IpAddress, Observed, ObservedPod, ObservedPort, ObservedService,
 };
 use shardgate_tests::valkey::{KEYS, read_keys, write_keys};

@@ -441,7 +441,7 @@ pub async fn run(
                     } else {
                         w.path.clone()
                     };
-                    let request = axum::http::Request::patch(path)
+                    let request = http::Request::patch(path)
                         .header(header::CONTENT_TYPE, "application/apply-patch+yaml")
                         .body(body)
                         .expect("a request");

@@ -81,7 +81,7 @@ pub(crate) fn default_and_validate(
     kind: &str,
     obj: &mut Value,
     old: Option<&Value>,
-    ctx: &Ctx,
+    ctx: &Ctx<'_>,
 ) -> Result<(), Causes> {
     let mut errs = Causes::new();
     match (group, kind) {
@@ -111,7 +111,7 @@ pub(crate) fn default_and_validate(
     if errs.is_empty() { Ok(()) } else { Err(errs) }
 }
 
-fn service(obj: &mut Value, old: Option<&Value>, ctx: &Ctx, errs: &mut Causes) {
+fn service(obj: &mut Value, old: Option<&Value>, ctx: &Ctx<'_>, errs: &mut Causes) {
     let old_spec = old.map(|o| o["spec"].clone()).unwrap_or(Value::Null);
     let spec = obj_mut(obj, "spec");
     default(spec, "type", json!("ClusterIP"));
@@ -233,7 +233,7 @@ fn service_ports(
     ty: &str,
     headless: bool,
     needs_node_ports: bool,
-    ctx: &Ctx,
+    ctx: &Ctx<'_>,
     errs: &mut Causes,
 ) {
     let empty = Vec::new();

@@ -226,13 +226,13 @@ impl<'a> Walk<'a> {
 
 /// The set of all fields present in `v` (leaves, atomic values, list-map
 /// items and empty maps are members).
-pub(crate) fn fields_of(v: &Value, w: &mut Walk) -> FieldSet {
+pub(crate) fn fields_of(v: &Value, w: &mut Walk<'_>) -> FieldSet {
     let mut out = FieldSet::default();
     collect(v, w, &mut out);
     out
 }
 
-fn collect(v: &Value, w: &mut Walk, out: &mut FieldSet) {
+fn collect(v: &Value, w: &mut Walk<'_>, out: &mut FieldSet) {
     match v {
         Value::Object(m) if !m.is_empty() && !w.atomic_map() => {
             for (k, c) in m {
@@ -257,7 +257,7 @@ fn collect(v: &Value, w: &mut Walk, out: &mut FieldSet) {
     }
 }
 
-fn collect_item(item: &Value, w: &mut Walk, out: &mut FieldSet) {
+fn collect_item(item: &Value, w: &mut Walk<'_>, out: &mut FieldSet) {
     if let Value::Object(m) = item {
         for (k, c) in m {
             w.names.push(k.clone());
@@ -269,14 +269,14 @@ fn collect_item(item: &Value, w: &mut Walk, out: &mut FieldSet) {
 }
 
 /// Members of `new` whose value differs from `old` (or that `old` lacks).
-pub(crate) fn modified_fields(old: Option<&Value>, new: &Value, w: &mut Walk) -> FieldSet {
+pub(crate) fn modified_fields(old: Option<&Value>, new: &Value, w: &mut Walk<'_>) -> FieldSet {
     let mut out = FieldSet::default();
     modified(old, new, w, &mut out);
     out.prune();
     out
 }
 
-fn modified(old: Option<&Value>, new: &Value, w: &mut Walk, out: &mut FieldSet) {
+fn modified(old: Option<&Value>, new: &Value, w: &mut Walk<'_>, out: &mut FieldSet) {
     if old == Some(new) {
         return;
     }

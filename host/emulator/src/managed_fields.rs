@@ -151,7 +151,7 @@ pub(crate) fn view(obj: &Value, scope: Scope) -> Value {
 /// lose ownership of those fields; removed fields leave every set.
 pub(crate) fn record_update(
     entries: &mut Vec<Entry>,
-    actor: &Actor,
+    actor: &Actor<'_>,
     kind: &str,
     old_view: Option<&Value>,
     new_view: &Value,

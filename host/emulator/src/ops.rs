@@ -764,7 +764,7 @@ impl State {
     }
 
     /// Keeps allocators in sync and runs the emulated controllers.
-    fn after_change(&mut self, res: &Res, key: &ObjKey, change: Change) {
+    fn after_change(&mut self, res: &Res, key: &ObjKey, change: Change<'_>) {
         let obj = match change {
             Change::Stored(o) => Some(o),
             Change::Removed(_) => None,
@@ -850,7 +850,7 @@ enum Change<'a> {
 /// associative lists known to [`crate::schema`] merge by key (an item with
 /// `"$patch": "delete"` removes the match), other lists are replaced; other
 /// `$` directives are ignored.
-fn strategic_merge(target: &mut Value, patch: &Value, w: &mut Walk) {
+fn strategic_merge(target: &mut Value, patch: &Value, w: &mut Walk<'_>) {
     let Value::Object(p) = patch else {
         *target = patch.clone();
         return;

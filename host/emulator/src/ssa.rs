@@ -25,7 +25,7 @@ pub(crate) fn strip_nulls(v: &mut Value) {
 
 /// Merges `cfg` into `live`: maps merge per key, associative lists merge per
 /// item key, everything else (scalars, atomic lists/maps) is replaced.
-pub(crate) fn merge(live: &mut Value, cfg: &Value, w: &mut Walk) {
+pub(crate) fn merge(live: &mut Value, cfg: &Value, w: &mut Walk<'_>) {
     if let (Value::Object(l), Value::Object(c)) = (&mut *live, cfg)
         && !w.atomic_map()
     {
@@ -56,7 +56,7 @@ pub(crate) fn merge(live: &mut Value, cfg: &Value, w: &mut Walk) {
     *live = cfg.clone();
 }
 
-fn merge_item(live: &mut Value, cfg: &Value, w: &mut Walk) {
+fn merge_item(live: &mut Value, cfg: &Value, w: &mut Walk<'_>) {
     if let (Value::Object(l), Value::Object(c)) = (live, cfg) {
         for (k, cv) in c {
             w.names.push(k.clone());
@@ -89,7 +89,7 @@ pub(crate) fn apply(
     live_view: &Value,
     cfg_view: &Value,
     mut entries: Vec<Entry>,
-    actor: &Actor,
+    actor: &Actor<'_>,
     kind: &str,
     force: bool,
     resource: &str,

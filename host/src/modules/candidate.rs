@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shardgate_guest::model::Severity;
+use shardgate_contract::model::Severity;
 
 use super::golden::{self, Golden};
 use crate::reconciler::Reconciler;

@@ -8,12 +8,12 @@
 
 use std::collections::BTreeSet;
 
-use shardgate_guest::announce::ANNOUNCE_KEYS;
-use shardgate_guest::model::{
+use shardgate_contract::announce::KEYS as ANNOUNCE_KEYS;
+use shardgate_contract::model::{
     Cluster, Desired, EndpointType, ExternalAccess, Ingress, Input, IpAddress, Observed,
     ObservedPod, ObservedPort, ObservedService, ServiceType, Severity, TrafficPolicy, ValkeyNode,
 };
-use shardgate_guest::names;
+use shardgate_contract::names;
 
 /// One valid cluster with what the operator observed of it.
 #[derive(Clone, Debug)]
@@ -276,7 +276,7 @@ pub fn check_desired(case: &GoldenCase, desired: &Desired) -> Result<(), String>
 
 /// Whether `validate`'s answer for the invalid golden spec refuses it and
 /// names a field.
-pub fn check_refusal(violations: &[shardgate_guest::model::Violation]) -> Result<(), String> {
+pub fn check_refusal(violations: &[shardgate_contract::model::Violation]) -> Result<(), String> {
     if violations
         .iter()
         .any(|v| v.severity == Severity::Error && !v.field.trim().is_empty())

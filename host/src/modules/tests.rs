@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use shardgate_guest::model::{Cluster, Desired, Error as GuestError, Input, Violation};
+use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 
 use super::*;
 use crate::reconciler::{Native, Reconciler};

@@ -270,8 +270,7 @@ where
 /// Labelled as the cluster's AND controlled by the cluster's UID: anything
 /// else is never touched (upstream W16).
 pub fn owned_by(o: &impl Entry, cluster: &str, uid: &str) -> bool {
-    o.label(shardgate_guest::names::LABEL_CLUSTER) == Some(cluster)
-        && o.controller_uid() == Some(uid)
+    o.label(shardgate_contract::labels::CLUSTER) == Some(cluster) && o.controller_uid() == Some(uid)
 }
 
 /// The first 12 bytes of the SHA-256 of `v`'s compact JSON, in hex.

@@ -24,7 +24,7 @@ use kube::Resource;
 use kube::api::ObjectMeta;
 use serde::Serialize;
 use serde_json::Value;
-use shardgate_guest::names::{LABEL_CLUSTER, LABEL_NODE, LABEL_SHARD};
+use shardgate_contract::labels;
 
 use super::apply::APPLIED_HASH;
 use super::owned_fields;
@@ -120,9 +120,9 @@ impl Marks {
             .map(|r| r.name.as_str());
         let mut label = |key| labels.remove(key);
         let (cluster, shard, node, revision) = (
-            label(LABEL_CLUSTER),
-            label(LABEL_SHARD),
-            label(LABEL_NODE),
+            label(labels::CLUSTER),
+            label(labels::SHARD),
+            label(labels::NODE),
             label(LABEL_REVISION),
         );
         let applied_hash = annotations.remove(APPLIED_HASH);
@@ -172,9 +172,9 @@ impl Marks {
 
     fn label(&self, key: &str) -> Option<&str> {
         match key {
-            LABEL_CLUSTER => self.get(Slot::Cluster),
-            LABEL_SHARD => self.get(Slot::Shard),
-            LABEL_NODE => self.get(Slot::Node),
+            labels::CLUSTER => self.get(Slot::Cluster),
+            labels::SHARD => self.get(Slot::Shard),
+            labels::NODE => self.get(Slot::Node),
             LABEL_REVISION => self.get(Slot::Revision),
             _ => None,
         }
@@ -428,7 +428,7 @@ mod tests {
         }
         assert_eq!(&*marks.text, "u1crevchd", "one allocation");
         assert_eq!(Marks::default().get(Slot::Uid), None);
-        assert!(std::mem::size_of::<Marks>() <= 40);
+        assert!(size_of::<Marks>() <= 40);
     }
 
     #[test]
@@ -494,7 +494,7 @@ mod tests {
         assert_eq!(cached.uid(), Some("u1"));
         assert_eq!(cached.controller_uid(), Some("u0"));
         assert_eq!(cached.controller_cluster(), Some("c"));
-        assert_eq!(cached.label(LABEL_CLUSTER), Some("c"));
+        assert_eq!(cached.label(labels::CLUSTER), Some("c"));
         assert_eq!(cached.label("a"), None, "not read");
         assert_eq!(cached.applied_hash(), Some("h"));
         assert!(cached.owned_digest().is_some());
@@ -536,7 +536,7 @@ mod tests {
             [(Some("vk-n0"), Some(30001))]
         );
         assert_eq!(cached.ingress(), svc.ingress());
-        assert_eq!(cached.label(LABEL_SHARD), Some("0"));
+        assert_eq!(cached.label(labels::SHARD), Some("0"));
         assert_eq!(
             crate::convert::observed_service("c", &cached),
             crate::convert::observed_service("c", &svc)
@@ -577,8 +577,8 @@ mod tests {
         .unwrap();
         let cached = config_map(cm);
         assert!(cached.whole.is_none() && cached.state.is_none());
-        assert_eq!(cached.label(LABEL_NODE), Some("0"));
-        assert_eq!(cached.label(LABEL_SHARD), None);
+        assert_eq!(cached.label(labels::NODE), Some("0"));
+        assert_eq!(cached.label(labels::SHARD), None);
         assert_eq!(cached.applied_hash(), Some("h"));
         assert!(cached.owned_digest().is_some());
     }
@@ -619,7 +619,7 @@ mod tests {
 
     #[test]
     fn a_pod_is_ready_only_with_a_true_ready_condition() {
-        let with = |conditions: serde_json::Value| {
+        let with = |conditions: Value| {
             let p: Pod = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": "p"},
                 "status": {"podIP": "10.1.0.1", "conditions": conditions}

@@ -343,7 +343,7 @@ type Trigger = PartialObjectMeta<ValkeyCluster>;
 fn cluster_to_reconcile(o: &impl cached::Entry) -> Option<Trigger> {
     let cluster = o
         .controller_cluster()
-        .or_else(|| o.label(shardgate_guest::names::LABEL_CLUSTER))?;
+        .or_else(|| o.label(shardgate_contract::labels::CLUSTER))?;
     Some(PartialObjectMeta {
         types: None,
         metadata: kube::api::ObjectMeta {

@@ -15,7 +15,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use shardgate_guest::model::{Desired, NodeRef, Severity, Step, Topology, Violation};
+use shardgate_contract::model::{Desired, NodeRef, Severity, Step, Topology, Violation};
 use tracing::{info, warn};
 
 use super::apply::{self, Applied, FIELD_MANAGER};
@@ -378,7 +378,7 @@ fn mark_outdated(
     cluster: &str,
     stateful_sets: &[Arc<CachedStatefulSet>],
     pods: &[Arc<CachedPod>],
-    observed: &mut [shardgate_guest::model::ObservedPod],
+    observed: &mut [shardgate_contract::model::ObservedPod],
 ) {
     let revisions: std::collections::BTreeMap<&str, &str> = stateful_sets
         .iter()
@@ -409,8 +409,8 @@ async fn restart(
     at: NodeRef,
 ) -> Result<(), Error> {
     let cluster_pods = pods.iter().filter(|p| {
-        p.label(shardgate_guest::names::LABEL_SHARD) == Some(at.shard.to_string().as_str())
-            && p.label(shardgate_guest::names::LABEL_NODE) == Some(at.node.to_string().as_str())
+        p.label(shardgate_contract::labels::SHARD) == Some(at.shard.to_string().as_str())
+            && p.label(shardgate_contract::labels::NODE) == Some(at.node.to_string().as_str())
     });
     for pod in cluster_pods {
         let api: Api<k8s_openapi::api::core::v1::Pod> =
@@ -627,10 +627,9 @@ async fn write_status(
     let previous = vc.status.clone().unwrap_or_default();
     let now = now();
     let mut status = convert::status(desired, Some(&previous), vc.metadata.generation, &now);
-    let external_pending = status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == shardgate_guest::status::EXTERNAL_ACCESS_READY && c.status != "True");
+    let external_pending = status.conditions.iter().any(|c| {
+        c.type_ == shardgate_contract::conditions::EXTERNAL_ACCESS_READY && c.status != "True"
+    });
     let forming = topology.filter(|t| !t.formed);
     let all_ready = ready == expected && forming.is_none() && !announce_spreading;
     let (r_status, r_reason, r_msg) = if ready != expected {

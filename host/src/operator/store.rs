@@ -16,7 +16,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 use kube::runtime::watcher;
-use shardgate_guest::names::LABEL_CLUSTER;
+use shardgate_contract::labels;
 use tokio::sync::watch;
 
 use super::cached::Entry;
@@ -89,7 +89,7 @@ impl<E: Entry> Objects<E> {
         if names.is_empty() {
             self.by_name.remove(namespace);
         }
-        let Some(cluster) = old.label(LABEL_CLUSTER) else {
+        let Some(cluster) = old.label(labels::CLUSTER) else {
             return;
         };
         let Some(clusters) = self.by_cluster.get_mut(namespace) else {
@@ -116,7 +116,7 @@ impl<E: Entry> Objects<E> {
             *namespace = known;
         }
         let (name, namespace) = (name.clone(), namespace.clone());
-        if let Some(cluster) = entry.label(LABEL_CLUSTER) {
+        if let Some(cluster) = entry.label(labels::CLUSTER) {
             self.by_cluster
                 .entry(namespace.clone())
                 .or_default()
@@ -218,14 +218,14 @@ mod tests {
     use k8s_openapi::api::core::v1::Service;
     use kube::api::ObjectMeta;
     use kube::runtime::watcher::Event;
-    use shardgate_guest::names::LABEL_CLUSTER;
+    use shardgate_contract::labels;
 
     fn svc(namespace: &str, name: &str, cluster: Option<&str>) -> CachedService {
         cached::service(Service {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some(namespace.into()),
-                labels: cluster.map(|c| [(LABEL_CLUSTER.to_string(), c.to_string())].into()),
+                labels: cluster.map(|c| [(labels::CLUSTER.to_string(), c.to_string())].into()),
                 ..ObjectMeta::default()
             },
             ..Service::default()

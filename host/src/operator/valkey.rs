@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use shardgate_guest::model::{Desired, NodeRef, Step, ValkeyNode};
+use shardgate_contract::model::{Desired, NodeRef, Step, ValkeyNode};
 use tracing::{debug, info};
 
 use crate::convert::{self, PodView};
@@ -194,7 +194,7 @@ pub struct StepError {
 /// A step in words, for logs, Events and errors.
 pub fn describe(step: &Step) -> String {
     let at = |r: &NodeRef| format!("{}/{}", r.shard, r.node);
-    let slots = |s: &[shardgate_guest::model::SlotRange]| {
+    let slots = |s: &[shardgate_contract::model::SlotRange]| {
         s.iter()
             .map(|r| format!("{}-{}", r.start, r.end))
             .collect::<Vec<_>>()

@@ -105,6 +105,7 @@ impl Runtime {
     /// Loads `bytes` through `cache`: a verified precompiled entry if there
     /// is one, else compiles (and stores the result). Either way the module
     /// is type-checked against the reconcile world.
+    #[allow(unsafe_code)] // deserializes only what this engine just compiled
     pub fn load_cached(&self, bytes: &[u8], cache: &Cache) -> anyhow::Result<(Module, Loaded)> {
         let entry = cache.entry(self, &sha256_hex(bytes));
         if let Some(component) = self.read_entry(&entry) {
@@ -126,6 +127,7 @@ impl Runtime {
 
     /// A verified entry, or `None` (missing, or deleted because its bytes
     /// do not match the digest written with it).
+    #[allow(unsafe_code)] // deserializes only verified entries this engine wrote
     fn read_entry(&self, entry: &Path) -> Option<Component> {
         let bytes = std::fs::read(entry).ok()?;
         let recorded = std::fs::read_to_string(digest_path(entry)).unwrap_or_default();
@@ -189,7 +191,7 @@ mod tests {
         assert_eq!(second, Loaded::Precompiled);
         println!("compile {compiled:?}, precompiled load {precompiled:?}");
         // The precompiled module works.
-        let c = shardgate_guest::model::Cluster {
+        let c = shardgate_contract::model::Cluster {
             name: "demo".into(),
             namespace: "default".into(),
             shards: 3,

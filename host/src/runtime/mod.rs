@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
-use shardgate_guest::model::{Cluster, Desired, Error as GuestError, Input, Violation};
+use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Strategy, Trap,

@@ -102,7 +102,7 @@ impl Sandbox {
         let violations = module.validate(&crate::convert::cluster(&cluster))?;
         let errors: Vec<String> = violations
             .iter()
-            .filter(|v| v.severity == shardgate_guest::model::Severity::Error)
+            .filter(|v| v.severity == shardgate_contract::model::Severity::Error)
             .map(|v| v.to_string())
             .collect();
         if !errors.is_empty() {
@@ -228,7 +228,7 @@ impl Sandbox {
     pub fn pod_ip(&self, shard: u32, node: u32) -> Option<IpAddr> {
         let pod = format!(
             "{}-0",
-            shardgate_guest::names::node_object(&self.name, shard, node)
+            shardgate_contract::names::node_object(&self.name, shard, node)
         );
         let value = self.emu.get("pods", &self.namespace, &pod)?;
         value["status"]["podIP"].as_str()?.parse().ok()
@@ -240,7 +240,7 @@ impl Sandbox {
         if let Ok(ip) = host.parse() {
             return ip;
         }
-        let service = shardgate_guest::names::shard_service(&self.name, shard);
+        let service = shardgate_contract::names::shard_service(&self.name, shard);
         self.emu
             .get("services", &self.namespace, &service)
             .and_then(|s| {

@@ -3,7 +3,7 @@
 //! Pure functions, so the "no needless writes" rule is testable without a
 //! server.
 
-use shardgate_guest::announce::ANNOUNCE_KEYS;
+use shardgate_contract::announce::KEYS as ANNOUNCE_KEYS;
 
 /// Keys whose values Valkey parses as integers: `"0"` and `"00"` are equal,
 /// but `CONFIG SET` rejects leading zeros, so only the comparison is lenient.

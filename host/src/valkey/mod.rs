@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
-use shardgate_guest::model::SlotRange;
+use shardgate_contract::model::SlotRange;
 
 pub use diff::{is_managed, same_value};
 

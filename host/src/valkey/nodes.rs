@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use shardgate_guest::model::{Peer, SlotRange};
+use shardgate_contract::model::{Peer, SlotRange};
 
 /// What a node's `CLUSTER NODES` says about itself and the others.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -21,7 +21,7 @@ use axum::{Json, Router};
 use kube::ResourceExt;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use shardgate_guest::model::{Input, Observed, Severity};
+use shardgate_contract::model::{Input, Observed, Severity};
 use tracing::{info, warn};
 
 use crate::convert;

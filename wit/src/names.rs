@@ -1,0 +1,129 @@
+//! The names both sides derive from a cluster's name and a node's indices.
+//!
+//! The guest names every object it wants; the host finds those objects
+//! again by the same grammar (a node's client port by its name, say), so a
+//! hot-swapped module that named things otherwise would break the host. The
+//! grammar keeps names of different clusters apart: a shard Service is
+//! `valkey-<cluster>-shard-<digits>` and a node object
+//! `valkey-<cluster>-<digits>-<digits>`, so no cluster name produces another
+//! cluster's name (the `prefix_related_cluster_names_do_not_collide`
+//! property test).
+
+use std::fmt::Write;
+
+/// Prefix of every generated object name.
+pub const OBJECT_PREFIX: &str = "valkey-";
+/// Default `spec.externalAccess.hostnamePrefix`.
+pub const DEFAULT_HOSTNAME_PREFIX: &str = "shard";
+/// Default `spec.image`.
+pub const DEFAULT_IMAGE: &str = "valkey/valkey:9.0";
+/// The client port every node listens on, and the base of LoadBalancer ports.
+pub const CLIENT_PORT: u32 = 6379;
+/// The cluster bus port.
+pub const BUS_PORT: u32 = 16379;
+/// The prefix of a node's client port name (`vk-n<node>`).
+pub const PORT_NAME_PREFIX: &str = "vk-n";
+
+/// `valkey-<cluster>-shard-<shard>`.
+pub fn shard_service(cluster: &str, shard: u32) -> String {
+    let mut s = String::with_capacity(OBJECT_PREFIX.len() + cluster.len() + 12);
+    s.push_str(OBJECT_PREFIX);
+    s.push_str(cluster);
+    s.push_str("-shard-");
+    push_u32(&mut s, shard);
+    s
+}
+
+/// `valkey-<cluster>-<shard>-<node>`: the node's StatefulSet, ConfigMap and
+/// headless Service.
+pub fn node_object(cluster: &str, shard: u32, node: u32) -> String {
+    let mut s = String::with_capacity(OBJECT_PREFIX.len() + cluster.len() + 12);
+    s.push_str(OBJECT_PREFIX);
+    s.push_str(&node_name(cluster, shard, node));
+    s
+}
+
+/// `<cluster>-<shard>-<node>`: the human node name.
+pub fn node_name(cluster: &str, shard: u32, node: u32) -> String {
+    let mut s = String::with_capacity(cluster.len() + 12);
+    s.push_str(cluster);
+    s.push('-');
+    push_u32(&mut s, shard);
+    s.push('-');
+    push_u32(&mut s, node);
+    s
+}
+
+/// `vk-n<node>`: the name of node `node`'s client port, on its container and
+/// on its shard Service.
+pub fn port_name(node: u32) -> String {
+    let mut s = String::with_capacity(8);
+    s.push_str(PORT_NAME_PREFIX);
+    push_u32(&mut s, node);
+    s
+}
+
+/// The inverse of [`port_name`]: `None` for any other name.
+pub fn parse_port_name(name: &str) -> Option<u32> {
+    parse_index(name.strip_prefix(PORT_NAME_PREFIX)?)
+}
+
+/// `<prefix>-<shard>.<domain>`.
+pub fn announce_hostname(prefix: &str, shard: u32, domain: &str) -> String {
+    let mut s = String::with_capacity(prefix.len() + domain.len() + 12);
+    s.push_str(prefix);
+    s.push('-');
+    push_u32(&mut s, shard);
+    s.push('.');
+    s.push_str(domain.trim_end_matches('.'));
+    s
+}
+
+/// A decimal index as the names write it: digits only, no leading zero.
+pub fn parse_index(digits: &str) -> Option<u32> {
+    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+        return None;
+    }
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn push_u32(s: &mut String, n: u32) {
+    let _ = write!(s, "{n}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_grammar() {
+        assert_eq!(shard_service("c", 2), "valkey-c-shard-2");
+        assert_eq!(node_object("c", 2, 1), "valkey-c-2-1");
+        assert_eq!(node_name("c", 2, 1), "c-2-1");
+        assert_eq!(port_name(12), "vk-n12");
+        assert_eq!(
+            announce_hostname("shard", 3, "example.com."),
+            "shard-3.example.com"
+        );
+    }
+
+    #[test]
+    fn port_names_round_trip_and_reject_others() {
+        for n in [0, 1, 9, 10, 99_999_999] {
+            assert_eq!(parse_port_name(&port_name(n)), Some(n));
+        }
+        for bad in [
+            "vk-n",
+            "vk-n01",
+            "vk-nx",
+            "client",
+            "vk-n-1",
+            "vk-n4294967296",
+        ] {
+            assert_eq!(parse_port_name(bad), None, "{bad}");
+        }
+    }
+}
