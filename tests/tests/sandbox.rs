@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use shardgate::runtime::{CallError, Limits, Runtime};
 use shardgate_contract::model::{Cluster, Input};
+use shardgate_wasm::{CallError, Engine, Limits};
 
 const MISBEHAVE: &[u8] = include_bytes!(env!("MISBEHAVE_WASM"));
 
@@ -20,8 +20,8 @@ fn input(name: &str) -> Input {
     }
 }
 
-fn runtime() -> Runtime {
-    Runtime::new(Limits {
+fn engine() -> Engine {
+    Engine::new(Limits {
         memory_bytes: 16 << 20,
         deadline: Duration::from_millis(200),
     })
@@ -30,7 +30,7 @@ fn runtime() -> Runtime {
 
 #[test]
 fn misbehaving_module_is_stopped_with_the_right_error() {
-    let rt = runtime();
+    let rt = engine();
     let module = rt
         .load(MISBEHAVE)
         .expect("misbehave exports the reconcile world");
@@ -66,7 +66,7 @@ fn misbehaving_module_is_stopped_with_the_right_error() {
 fn the_embedded_guest_can_observe_nothing_of_the_host() {
     // The guest links against WASI but gets no env, args, files, network,
     // clock or randomness: its output cannot vary between runs or hosts.
-    let rt = runtime();
+    let rt = engine();
     let module = rt.load_embedded().unwrap();
     let a = module.reconcile(&input("demo")).unwrap();
     std::thread::sleep(Duration::from_millis(20));
@@ -76,7 +76,7 @@ fn the_embedded_guest_can_observe_nothing_of_the_host() {
 
 #[test]
 fn a_non_component_is_refused_clearly() {
-    let rt = runtime();
+    let rt = engine();
     let err = rt
         .load(b"\0asm\x01\0\0\0")
         .err()

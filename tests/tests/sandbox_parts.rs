@@ -19,15 +19,15 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube_emulator::{CustomResource, Emulator};
 use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
-use shardgate::operator::{self, Metrics, Options};
-use shardgate::reconciler::Reconciler;
-use shardgate::runtime::{Limits, Module, Runtime};
-use shardgate::sandbox::kubelet::{Kubelet, KubeletOptions};
-use shardgate::sandbox::proxy::{Proxy, ProxyOptions};
-use shardgate::sandbox::server_binary;
+use shardgate_operator::{self as operator, Metrics, Options};
+use shardgate_sandbox::kubelet::{Kubelet, KubeletOptions};
+use shardgate_sandbox::proxy::{Proxy, ProxyOptions};
+use shardgate_sandbox::server_binary;
+use shardgate_wasm::Reconciler;
+use shardgate_wasm::{Engine, Limits, Module};
 use tokio::sync::oneshot;
 
-static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| Runtime::new(Limits::default()).unwrap());
+static RUNTIME: LazyLock<Engine> = LazyLock::new(|| Engine::new(Limits::default()).unwrap());
 static MODULE: LazyLock<Module> = LazyLock::new(|| RUNTIME.load_embedded().unwrap());
 
 const NS: &str = "default";
@@ -114,7 +114,7 @@ async fn create_cluster(emu: &Emulator) {
     let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
         emu.client().await.unwrap(),
         NS,
-        &kube::api::ApiResource::erase::<shardgate::crd::ValkeyCluster>(&()),
+        &kube::api::ApiResource::erase::<shardgate_k8s::crd::ValkeyCluster>(&()),
     );
     api.create(
         &PostParams::default(),

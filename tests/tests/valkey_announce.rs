@@ -1,7 +1,7 @@
 //! End to end against real Valkey: a 3-primary cluster on pod-like loopback
 //! IPs (127.0.1.1-3), three TCP forwarders on 127.0.0.1 standing in for
 //! NodePorts, announce settings computed by the real guest and applied with
-//! `shardgate::valkey::NodeClient`, and a real cluster client that is given
+//! `shardgate_valkey::NodeClient`, and a real cluster client that is given
 //! only one external endpoint.
 //!
 //! Needs `valkey-server` 9.x: `$VALKEY_SERVER`, else the one in the
@@ -18,11 +18,11 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Value};
-use shardgate::valkey::NodeClient;
 use shardgate_contract::model::{
     Cluster, ExternalAccess, Input, IpAddress, Observed, ObservedPod, ObservedPort, ObservedService,
 };
 use shardgate_tests::valkey::{KEYS, read_keys, write_keys};
+use shardgate_valkey::NodeClient;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 

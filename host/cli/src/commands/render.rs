@@ -1,0 +1,190 @@
+//! `shardgate render`: what the operator would apply for one cluster, given
+//! optional observed objects, computed offline.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use shardgate_contract::model::{Severity, Violation};
+use shardgate_k8s::convert;
+use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_k8s::manifest;
+use shardgate_wasm::{Engine, Limits, Reconciler};
+
+use super::load_module;
+
+#[derive(clap::Args)]
+pub struct RenderArgs {
+    /// The ValkeyCluster manifest (YAML or JSON).
+    #[arg(short = 'f', long = "filename")]
+    file: PathBuf,
+    /// Objects as they exist in the cluster (Services, Pods, other
+    /// ValkeyClusters): multi-document YAML or a JSON List. Repeatable.
+    #[arg(long)]
+    observed: Vec<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Format::Yaml)]
+    output: Format,
+    /// Run this reconcile component instead of the embedded one.
+    #[arg(long)]
+    module: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Format {
+    Json,
+    Yaml,
+}
+
+impl RenderArgs {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        let cluster = manifest::parse_cluster(&manifest::read(&self.file)?)
+            .with_context(|| format!("{}", self.file.display()))?;
+        let mut observed = Observed::default();
+        for path in &self.observed {
+            parse_observed(&manifest::read(path)?, &mut observed)
+                .with_context(|| format!("{}", path.display()))?;
+        }
+        let engine = Engine::new(Limits::default())?;
+        let module = load_module(&engine, self.module.as_ref())?;
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        match render(&cluster, &observed, &module, now) {
+            Ok(rendered) => {
+                for w in &rendered.warnings {
+                    eprintln!("{w}");
+                }
+                let text = match self.output {
+                    Format::Json => serde_json::to_string_pretty(&rendered.list)? + "\n",
+                    Format::Yaml => serde_yaml::to_string(&rendered.list)?,
+                };
+                print!("{text}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(RenderError::Invalid { violations }) => {
+                eprintln!("error: {} is invalid:", self.file.display());
+                for v in violations {
+                    eprintln!("  {v}");
+                }
+                Ok(ExitCode::FAILURE)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Objects observed in the cluster, read from files.
+#[derive(Debug, Default)]
+pub struct Observed {
+    pub services: Vec<Service>,
+    pub pods: Vec<Pod>,
+    pub clusters: Vec<ValkeyCluster>,
+}
+
+/// Why render produced nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("{0:#}")]
+    Input(anyhow::Error),
+    #[error("{}", violations.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("\n"))]
+    Invalid { violations: Vec<Violation> },
+    #[error(transparent)]
+    Call(#[from] shardgate_wasm::CallError),
+}
+
+/// The result of a render: the `v1` `List` to print and the warnings.
+pub struct Rendered {
+    pub list: serde_json::Value,
+    pub warnings: Vec<Violation>,
+}
+
+/// Reads observed objects: multi-document YAML, or JSON, each document an
+/// object or a `List` of objects. Services, Pods and ValkeyClusters are kept;
+/// other kinds are ignored.
+pub fn parse_observed(text: &str, into: &mut Observed) -> anyhow::Result<()> {
+    for (i, doc) in manifest::documents(text).into_iter().enumerate() {
+        let value = doc.with_context(|| format!("document {}", i + 1))?;
+        if value.is_null() {
+            continue;
+        }
+        add_object(value, into).with_context(|| format!("document {}", i + 1))?;
+    }
+    Ok(())
+}
+
+fn add_object(value: serde_json::Value, into: &mut Observed) -> anyhow::Result<()> {
+    let kind = value
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or("")
+        .to_string();
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(|n| n.as_str())
+        .unwrap_or("")
+        .to_string();
+    let at = |e: anyhow::Error| anyhow::anyhow!("{kind} {name:?}: {e}");
+    match kind.as_str() {
+        "List" | "ServiceList" | "PodList" | "ValkeyClusterList" => {
+            let items = value
+                .get("items")
+                .and_then(|i| i.as_array())
+                .cloned()
+                .unwrap_or_default();
+            for (i, item) in items.into_iter().enumerate() {
+                add_object(item, into).with_context(|| format!("items[{i}]"))?;
+            }
+        }
+        "Service" => into.services.push(manifest::from_value(value).map_err(at)?),
+        "Pod" => into.pods.push(manifest::from_value(value).map_err(at)?),
+        "ValkeyCluster" => into.clusters.push(manifest::from_value(value).map_err(at)?),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Computes the List for `cluster` given `observed`.
+pub fn render(
+    cluster: &ValkeyCluster,
+    observed: &Observed,
+    reconciler: &dyn Reconciler,
+    now: Time,
+) -> Result<Rendered, RenderError> {
+    let namespace = cluster.namespace();
+    let others = observed
+        .clusters
+        .iter()
+        .filter(|c| c.namespace() == namespace && c.name_any() != cluster.name_any())
+        .map(|c| c.name_any())
+        .collect();
+    let input = convert::input(cluster, &observed.services, &observed.pods, others);
+    let desired = match reconciler.reconcile(&input)? {
+        Ok(d) => d,
+        Err(e) => {
+            return Err(RenderError::Invalid {
+                violations: e.violations,
+            });
+        }
+    };
+    let objects = convert::objects(cluster, &desired);
+    let mut items = objects.to_json();
+    let mut with_status = cluster.clone();
+    with_status.status = Some(convert::status(
+        &desired,
+        cluster.status.as_ref(),
+        cluster.metadata.generation,
+        &now,
+    ));
+    with_status.metadata.managed_fields = None;
+    items.push(serde_json::to_value(&with_status).map_err(|e| RenderError::Input(e.into()))?);
+    Ok(Rendered {
+        list: serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
+        warnings: desired
+            .warnings
+            .into_iter()
+            .filter(|w| w.severity == Severity::Warning)
+            .collect(),
+    })
+}

@@ -1,0 +1,352 @@
+//! The whole system on one machine: the API emulator, the real operator
+//! loop (`operator::run`, managing Valkey), the process kubelet and the
+//! forwarding kube-proxy, for one ValkeyCluster.
+//!
+//! Ready means: the cluster's status says `Ready` for its current
+//! generation (every node up, the Valkey cluster formed, external access
+//! ready), and every external endpoint in `status.externalEndpoints`
+//! reaches the very node it names: `CLUSTER MYID` through the endpoint
+//! equals `CLUSTER MYID` at the node's pod IP.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{CustomResourceExt, Resource, ResourceExt};
+use kube_emulator::{CustomResource, Emulator};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_operator::{self as operator, Metrics, Options as OperatorOptions};
+use shardgate_valkey::{CLIENT_PORT, NodeClient};
+use shardgate_wasm::{Engine, Limits, Reconciler};
+
+use crate::kubelet::{Kubelet, KubeletOptions};
+use crate::proxy::{Proxy, ProxyOptions};
+
+/// Where the sandbox runs its stand-ins.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub valkey_server: PathBuf,
+    /// Volumes and logs of every pod.
+    pub work_dir: PathBuf,
+    /// Pod `k` gets `.k+1` of this network (127.0.1.0 → 127.0.1.1, ...).
+    pub pod_network: Ipv4Addr,
+    /// The one Kubernetes node: every pod's host IP and NodePort address.
+    pub node_ip: Ipv4Addr,
+    /// Shard `s`'s LoadBalancer ingress is `.s` of this network.
+    pub load_balancer_network: Ipv4Addr,
+}
+
+impl Options {
+    pub fn new(valkey_server: PathBuf, work_dir: PathBuf) -> Self {
+        Options {
+            valkey_server,
+            work_dir,
+            pod_network: Ipv4Addr::new(127, 0, 1, 0),
+            node_ip: Ipv4Addr::LOCALHOST,
+            load_balancer_network: Ipv4Addr::new(127, 0, 2, 0),
+        }
+    }
+}
+
+/// One node's external endpoint, as the ready file reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    pub shard: u32,
+    pub node: u32,
+    /// The announced host an outside client is given (an IP or a hostname).
+    pub host: String,
+    pub port: u16,
+    /// Where `host:port` leads on this machine (the sandbox's DNS).
+    pub address: SocketAddr,
+}
+
+/// The content of the ready file.
+#[derive(Clone, Debug, Serialize)]
+pub struct Ready {
+    pub cluster: String,
+    pub namespace: String,
+    pub endpoints: Vec<Endpoint>,
+    /// Seconds from start to ready.
+    pub seconds: f64,
+}
+
+pub struct Sandbox {
+    emu: Arc<Emulator>,
+    client: kube::Client,
+    kubelet: Option<Kubelet>,
+    proxy: Option<Proxy>,
+    operator: Option<(oneshot::Sender<()>, JoinHandle<anyhow::Result<()>>)>,
+    // The wasm engine (and its epoch thread) outlives the operator.
+    _engine: Engine,
+    name: String,
+    namespace: String,
+    options: Options,
+    started: Instant,
+}
+
+impl Sandbox {
+    /// Starts everything and creates `cluster`. Refuses an invalid spec
+    /// (every violation, with its field) before starting anything.
+    pub async fn start(cluster: ValkeyCluster, options: Options) -> anyhow::Result<Sandbox> {
+        let started = Instant::now();
+        let engine = Engine::new(Limits::default())?;
+        let module = engine.load_embedded()?;
+        let violations = module.validate(&shardgate_k8s::convert::cluster(&cluster))?;
+        let errors: Vec<String> = violations
+            .iter()
+            .filter(|v| v.severity == shardgate_contract::model::Severity::Error)
+            .map(|v| v.to_string())
+            .collect();
+        if !errors.is_empty() {
+            bail!("the cluster spec is invalid:\n{}", errors.join("\n"));
+        }
+        if cluster.spec.tls.is_some() {
+            bail!(
+                "spec.tls: the sandbox does not run TLS clusters (the operator cannot manage \
+                 them yet); remove spec.tls"
+            );
+        }
+        let name = cluster.name_any();
+        let namespace = cluster.namespace().unwrap_or_else(|| "default".into());
+        std::fs::create_dir_all(&options.work_dir)
+            .with_context(|| format!("creating {}", options.work_dir.display()))?;
+
+        // JSON is YAML too.
+        let crd = serde_json::to_string(&ValkeyCluster::crd())?;
+        let emu = Arc::new(
+            Emulator::builder()
+                .custom_resource(CustomResource::from_crd_yaml(&crd)?)
+                .statefulset_controller(true)
+                .namespace(&namespace)
+                .start()
+                .await?,
+        );
+        let client = emu.client().await?;
+        let kubelet = Kubelet::start(
+            emu.clone(),
+            KubeletOptions {
+                valkey_server: options.valkey_server.clone(),
+                work_dir: options.work_dir.clone(),
+                pod_network: options.pod_network,
+                host_ip: options.node_ip,
+                namespace: namespace.clone(),
+            },
+        )?;
+        let proxy = Proxy::start(
+            emu.clone(),
+            ProxyOptions {
+                node_ip: options.node_ip,
+                load_balancer_network: options.load_balancer_network,
+                namespace: namespace.clone(),
+            },
+        )?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let operator = tokio::spawn(operator::run(
+            OperatorOptions {
+                kubeconfig: None,
+                context: None,
+                namespace: Some(namespace.clone()),
+                listen: None,
+                lease: None,
+                identity: "shardgate-sandbox".into(),
+                reconcile_all: None,
+                manage_valkey: true,
+                debounce: operator::DEBOUNCE,
+            },
+            client.clone(),
+            Arc::new(module) as Arc<dyn Reconciler>,
+            Arc::new(Metrics::default()),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        let mut object = cluster;
+        object.metadata.namespace = Some(namespace.clone());
+        object.metadata.resource_version = None;
+        object.metadata.uid = None;
+        object.status = None;
+        Api::<ValkeyCluster>::namespaced(client.clone(), &namespace)
+            .create(&PostParams::default(), &object)
+            .await
+            .context("creating the ValkeyCluster")?;
+        Ok(Sandbox {
+            emu,
+            client,
+            kubelet: Some(kubelet),
+            proxy: Some(proxy),
+            operator: Some((stop, operator)),
+            _engine: engine,
+            name,
+            namespace,
+            options,
+            started,
+        })
+    }
+
+    pub fn emulator(&self) -> &Emulator {
+        &self.emu
+    }
+
+    pub fn kubelet(&self) -> &Kubelet {
+        self.kubelet.as_ref().expect("running")
+    }
+
+    pub fn proxy(&self) -> &Proxy {
+        self.proxy.as_ref().expect("running")
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub fn api(&self) -> Api<ValkeyCluster> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Changes the cluster's spec with a JSON merge patch, as `kubectl
+    /// patch --type merge` would.
+    pub async fn patch_spec(&self, spec: Value) -> anyhow::Result<ValkeyCluster> {
+        let patch = serde_json::json!({ "spec": spec });
+        Ok(self
+            .api()
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?)
+    }
+
+    /// The node's pod IP, from the Pod (`<node object>-0`).
+    pub fn pod_ip(&self, shard: u32, node: u32) -> Option<IpAddr> {
+        let pod = format!(
+            "{}-0",
+            shardgate_contract::names::node_object(&self.name, shard, node)
+        );
+        let value = self.emu.get("pods", &self.namespace, &pod)?;
+        value["status"]["podIP"].as_str()?.parse().ok()
+    }
+
+    /// The sandbox's DNS: where an announced host leads. An IP is itself; a
+    /// hostname leads to its shard's load balancer, or to the node.
+    pub fn resolve(&self, shard: u32, host: &str) -> IpAddr {
+        if let Ok(ip) = host.parse() {
+            return ip;
+        }
+        let service = shardgate_contract::names::shard_service(&self.name, shard);
+        self.emu
+            .get("services", &self.namespace, &service)
+            .and_then(|s| {
+                s["status"]["loadBalancer"]["ingress"][0]["ip"]
+                    .as_str()
+                    .and_then(|ip| ip.parse().ok())
+            })
+            .unwrap_or(IpAddr::V4(self.options.node_ip))
+    }
+
+    /// Waits until the cluster is ready (see the module docs) and returns
+    /// its endpoints. Fails after `timeout`, saying what is still missing.
+    pub async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<Ready> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let why = match self.check_ready().await {
+                Ok(endpoints) => {
+                    return Ok(Ready {
+                        cluster: self.name.clone(),
+                        namespace: self.namespace.clone(),
+                        endpoints,
+                        seconds: self.started.elapsed().as_secs_f64(),
+                    });
+                }
+                Err(why) => why,
+            };
+            if Instant::now() >= deadline {
+                let mut problems = self.kubelet().errors();
+                problems.extend(self.proxy().errors());
+                bail!(
+                    "not ready after {timeout:?}: {why:#}{}",
+                    if problems.is_empty() {
+                        String::new()
+                    } else {
+                        format!("\n{}", problems.join("\n"))
+                    }
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn check_ready(&self) -> anyhow::Result<Vec<Endpoint>> {
+        let vc = self.api().get(&self.name).await?;
+        let status = vc.status.clone().unwrap_or_default();
+        if status.observed_generation != vc.meta().generation {
+            bail!("the operator has not seen the latest spec yet");
+        }
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+        match ready {
+            Some(c) if c.status == "True" => {}
+            Some(c) => bail!("Ready is {}: {}: {}", c.status, c.reason, c.message),
+            None => bail!("no Ready condition yet"),
+        }
+        let mut endpoints = Vec::new();
+        for shard in status.external_endpoints.iter().flatten() {
+            for n in &shard.nodes {
+                let (s, node) = (shard.shard_index as u32, n.node_index as u32);
+                let port = u16::try_from(n.port).context("port out of range")?;
+                let address = SocketAddr::new(self.resolve(s, &n.host), port);
+                endpoints.push(Endpoint {
+                    shard: s,
+                    node,
+                    host: n.host.clone(),
+                    port,
+                    address,
+                });
+            }
+        }
+        for e in &endpoints {
+            let pod_ip = self
+                .pod_ip(e.shard, e.node)
+                .with_context(|| format!("shard {} node {} has no pod IP", e.shard, e.node))?;
+            let inside = my_id(SocketAddr::new(pod_ip, CLIENT_PORT)).await?;
+            let outside = my_id(e.address).await?;
+            if inside != outside {
+                bail!(
+                    "{}:{} ({}) reaches node {outside}, not shard {} node {} ({inside})",
+                    e.host,
+                    e.port,
+                    e.address,
+                    e.shard,
+                    e.node
+                );
+            }
+        }
+        Ok(endpoints)
+    }
+
+    /// Stops the operator, the proxy and every process the kubelet started.
+    pub async fn shutdown(mut self) {
+        if let Some((stop, task)) = self.operator.take() {
+            let _ = stop.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        if let Some(proxy) = self.proxy.take() {
+            proxy.shutdown().await;
+        }
+        if let Some(kubelet) = self.kubelet.take() {
+            kubelet.shutdown().await;
+        }
+    }
+}
+
+async fn my_id(addr: SocketAddr) -> anyhow::Result<String> {
+    let mut c = NodeClient::connect_with_timeout(addr, Duration::from_secs(2)).await?;
+    Ok(c.my_id().await?)
+}

@@ -1,0 +1,55 @@
+//! Reading manifests: ValkeyCluster documents and the objects `render` is
+//! given as observed, from YAML or JSON. Every error names the document and
+//! the field.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use kube::Resource;
+use serde::Deserialize;
+
+use crate::crd::ValkeyCluster;
+
+/// Parses a ValkeyCluster manifest (YAML or JSON). Errors name the field.
+pub fn parse_cluster(text: &str) -> anyhow::Result<ValkeyCluster> {
+    let value: serde_json::Value = serde_yaml::from_str(text).context("not valid YAML")?;
+    cluster_from_value(value)
+}
+
+/// A ValkeyCluster from a parsed document. Errors name the field.
+pub fn cluster_from_value(value: serde_json::Value) -> anyhow::Result<ValkeyCluster> {
+    let api_version = value
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    let kind = value.get("kind").and_then(|v| v.as_str()).unwrap_or("");
+    let want = ValkeyCluster::api_version(&());
+    if api_version != want || kind != ValkeyCluster::kind(&()) {
+        bail!("apiVersion/kind: expected {want}/ValkeyCluster, got {api_version:?}/{kind:?}");
+    }
+    from_value(value)
+}
+
+/// Any object from a parsed document, every error naming the field.
+pub fn from_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> anyhow::Result<T> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        anyhow::anyhow!("{path}: {}", e.into_inner())
+    })
+}
+
+/// Every document of a multi-document YAML (or JSON) text, in order (an
+/// empty document is `Null`); a document that does not parse is an `Err`
+/// naming why, and the others are still read.
+pub fn documents(text: &str) -> Vec<anyhow::Result<serde_json::Value>> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| {
+            serde_json::Value::deserialize(doc).map_err(|e| anyhow::anyhow!("not valid YAML: {e}"))
+        })
+        .collect()
+}
+
+/// Reads a file, naming it in the error.
+pub fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}

@@ -1,0 +1,111 @@
+//! The CRD's CEL rules, evaluated offline with kube's `validate_cel`.
+
+use shardgate_k8s::crd::*;
+
+fn cluster(
+    name: &str,
+    shards: i32,
+    replicas: i32,
+    ea: Option<ExternalAccessSpec>,
+) -> ValkeyCluster {
+    let mut vc = ValkeyCluster::new(
+        name,
+        ValkeyClusterSpec {
+            shards,
+            replicas,
+            image: None,
+            resources: None,
+            tls: None,
+            external_access: ea,
+        },
+    );
+    vc.metadata.namespace = Some("default".into());
+    vc
+}
+
+fn ea(enabled: bool, pref: EndpointType, domain: Option<&str>) -> ExternalAccessSpec {
+    ExternalAccessSpec {
+        enabled,
+        service_type: ServiceType::NodePort,
+        external_traffic_policy: TrafficPolicy::Cluster,
+        service_annotations: Default::default(),
+        hostname_prefix: "shard".into(),
+        domain: domain.map(String::from),
+        preferred_endpoint_type: pref,
+    }
+}
+
+fn rejected(vc: &ValkeyCluster) -> String {
+    match vc.validate_cel() {
+        Ok(()) => panic!("accepted {:?}", vc.spec),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+#[test]
+fn valid_clusters_pass() {
+    cluster("demo", 3, 1, None).validate_cel().unwrap();
+    cluster(
+        "demo",
+        3,
+        1,
+        Some(ea(true, EndpointType::Hostname, Some("valkey.example.com"))),
+    )
+    .validate_cel()
+    .unwrap();
+    // Upstream W11: the hostname rule applies only when enabled.
+    cluster("demo", 3, 1, Some(ea(false, EndpointType::Hostname, None)))
+        .validate_cel()
+        .unwrap();
+}
+
+#[test]
+fn hostname_without_domain_is_rejected_when_enabled() {
+    let msg = rejected(&cluster(
+        "demo",
+        3,
+        1,
+        Some(ea(true, EndpointType::Hostname, None)),
+    ));
+    assert!(msg.contains("domain is required"), "{msg}");
+}
+
+#[test]
+fn bad_domain_and_prefix_are_rejected() {
+    let msg = rejected(&cluster(
+        "demo",
+        3,
+        1,
+        Some(ea(true, EndpointType::Ip, Some("Bad_Domain"))),
+    ));
+    assert!(msg.contains("domain must be a valid DNS name"), "{msg}");
+    let mut e = ea(true, EndpointType::Ip, None);
+    e.hostname_prefix = "-bad".into();
+    let msg = rejected(&cluster("demo", 3, 1, Some(e)));
+    assert!(msg.contains("hostnamePrefix must be a DNS label"), "{msg}");
+}
+
+#[test]
+fn names_that_make_invalid_object_names_are_rejected() {
+    let msg = rejected(&cluster(&"a".repeat(42), 10, 1, None));
+    assert!(msg.contains("too long"), "{msg}");
+    cluster(&"a".repeat(41), 10, 1, None)
+        .validate_cel()
+        .unwrap();
+    let msg = rejected(&cluster("has.dot", 1, 0, None));
+    assert!(msg.contains("DNS label"), "{msg}");
+}
+
+#[test]
+fn cel_length_rule_agrees_with_the_guest() {
+    // The CRD's rule and the guest's check accept exactly the same names.
+    for len in 30..50 {
+        for (shards, replicas) in [(1, 0), (10, 1), (100, 9), (1000, 15)] {
+            let vc = cluster(&"a".repeat(len), shards, replicas, None);
+            let cel_ok = vc.validate_cel().is_ok();
+            let guest_ok =
+                shardgate_guest::validate(&shardgate_k8s::convert::cluster(&vc)).is_empty();
+            assert_eq!(cel_ok, guest_ok, "name length {len}, {shards}x{replicas}");
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! The exact requests the applier sends, pinned with tower-test mocks: a
+//! server-side apply carries the field manager and `force`, and an object
+//! already in place causes no request at all.
+
+use std::time::Duration;
+
+use http::{Request, Response};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use kube::client::Body;
+use kube::runtime::watcher;
+use shardgate_k8s::apply::{self, Applied, Recent};
+use shardgate_k8s::cache::Cache;
+use shardgate_k8s::cache::entry::{self as cached, CachedService, Entry};
+use shardgate_k8s::manager::APPLIED_HASH;
+use tower_test::mock::Handle;
+
+fn service() -> Service {
+    Service {
+        metadata: kube::api::ObjectMeta {
+            name: Some("valkey-demo-shard-0".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("NodePort".into()),
+            ports: Some(vec![ServicePort {
+                name: Some("vk-n0".into()),
+                port: 6379,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// Asserts that no request arrives within `ms` milliseconds.
+async fn nothing_sent(handle: &mut Handle<Request<Body>, Response<Body>>, ms: u64) {
+    let next = tokio::time::timeout(Duration::from_millis(ms), handle.next_request());
+    assert!(next.await.is_err(), "a request was sent");
+}
+
+/// The body shardgate sends to create [`service`].
+async fn sent_apply() -> serde_json::Value {
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let empty = Cache::<CachedService>::default();
+    let capture = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.unwrap();
+        let body = request.into_body().collect_bytes().await.unwrap();
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+    });
+    apply::apply(&client, &empty, &Recent::default(), &service())
+        .await
+        .unwrap();
+    capture.await.unwrap()
+}
+
+#[tokio::test]
+async fn apply_sends_one_forced_server_side_apply_with_our_field_manager() {
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let recent = Recent::default();
+    let store = Cache::<CachedService>::default();
+    let server = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.expect("one request");
+        assert_eq!(request.method(), http::Method::PATCH);
+        let uri = request.uri().to_string();
+        assert!(
+            uri.starts_with("/api/v1/namespaces/default/services/valkey-demo-shard-0?"),
+            "{uri}"
+        );
+        assert!(uri.contains("fieldManager=shardgate"), "{uri}");
+        assert!(uri.contains("force=true"), "{uri}");
+        assert_eq!(
+            request.headers()["content-type"],
+            "application/apply-patch+yaml"
+        );
+        let body = request.into_body().collect_bytes().await.unwrap();
+        let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(sent["kind"], "Service");
+        assert_eq!(sent["spec"]["ports"][0]["protocol"], "TCP");
+        assert!(sent["metadata"]["annotations"][APPLIED_HASH].is_string());
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+        // Nothing else is sent.
+        nothing_sent(&mut handle, 200).await;
+    });
+    let result = apply::apply(&client, &store, &recent, &service())
+        .await
+        .unwrap();
+    assert_eq!(result, Applied::Created);
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn an_object_already_in_place_sends_nothing() {
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let recent = Recent::default();
+    let store = Cache::<CachedService>::default();
+
+    // What the API server stores after our apply: our fields, our hash, and
+    // fields it defaulted or other managers added.
+    let mut live = sent_apply().await;
+    live["metadata"]["resourceVersion"] = "7".into();
+    live["metadata"]["labels"] = serde_json::json!({"cloud.example.com/zone": "a"});
+    live["spec"]["clusterIP"] = "10.96.0.10".into();
+    live["spec"]["ports"][0]["nodePort"] = 31000.into();
+    live["spec"]["ports"][0]["targetPort"] = 6379.into();
+    let live: Service = serde_json::from_value(live).unwrap();
+    store.apply(watcher::Event::Apply(cached::service(live.clone())));
+
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
+        Applied::Unchanged
+    );
+    nothing_sent(&mut handle, 100).await;
+
+    // A field we own changed by someone else: re-applied.
+    let mut drifted = live;
+    drifted.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+    store.apply(watcher::Event::Apply(cached::service(drifted)));
+    let server = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.expect("re-apply");
+        assert_eq!(request.method(), http::Method::PATCH);
+        let body = request.into_body().collect_bytes().await.unwrap();
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+    });
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
+        Applied::Updated
+    );
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn an_apply_the_cache_has_not_shown_yet_is_not_sent_twice() {
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let recent = Recent::default();
+    let store = Cache::<CachedService>::default();
+    let server = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.expect("the first apply");
+        let body = request.into_body().collect_bytes().await.unwrap();
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+        // The store never sees the object, yet nothing more is sent.
+        nothing_sent(&mut handle, 200).await;
+    });
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
+        Applied::Created
+    );
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
+        Applied::Unchanged
+    );
+    server.await.unwrap();
+}
+
+/// The digest path: the cache holds a digest of the fields shardgate
+/// applied. When the API server itself changes a value inside a field
+/// shardgate owns whole (here the whole `ports` list, with a defaulted
+/// `targetPort`), one repair is sent and what it left is accepted: no write
+/// loop. A later change by someone else is still repaired.
+#[tokio::test]
+async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
+    let mut live = sent_apply().await;
+    live["metadata"]["resourceVersion"] = "7".into();
+    live["spec"]["ports"][0]["targetPort"] = 6379.into();
+    live["metadata"]["managedFields"] = serde_json::json!([{
+        "manager": "shardgate", "operation": "Apply", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:annotations": {"f:shardgate.io/applied-hash": {}}},
+                     "f:spec": {"f:type": {}, "f:ports": {}}}
+    }]);
+    let cached = |live: &serde_json::Value| {
+        let cached = cached::service(serde_json::from_value(live.clone()).unwrap());
+        assert!(cached.owned_digest().is_some(), "cached with its digest");
+        cached
+    };
+    let store = Cache::<CachedService>::default();
+    store.apply(watcher::Event::Apply(cached(&live)));
+
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let recent = Recent::default();
+    let answer = live.clone();
+    let server = tokio::spawn(async move {
+        let (_, send) = handle.next_request().await.expect("one repair");
+        send.send_response(
+            Response::builder()
+                .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                .unwrap(),
+        );
+        handle
+    });
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
+        Applied::Updated
+    );
+    let mut handle = server.await.unwrap();
+    // The same state again: accepted, nothing sent (a request would wait
+    // for an answer that never comes).
+    let desired = service();
+    let again = apply::apply(&client, &store, &recent, &desired);
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(2), again)
+            .await
+            .expect("applied again: a write loop")
+            .unwrap(),
+        Applied::Unchanged
+    );
+    nothing_sent(&mut handle, 100).await;
+    // Someone else changed a field: repaired again.
+    let mut changed = live.clone();
+    changed["spec"]["type"] = "ClusterIP".into();
+    store.apply(watcher::Event::Apply(cached(&changed)));
+    let server = tokio::spawn(async move {
+        let (_, send) = handle.next_request().await.expect("a second repair");
+        send.send_response(
+            Response::builder()
+                .body(Body::from(b"{}".to_vec()))
+                .unwrap(),
+        );
+    });
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &service())
+            .await
+            .unwrap(),
+        Applied::Updated
+    );
+    server.await.unwrap();
+}

@@ -1,0 +1,129 @@
+//! What every reconcile shares: the client, the caches that make
+//! up the observed snapshot, the reconcile module, metrics and events.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use shardgate_k8s::apply::Recent;
+use shardgate_k8s::cache::{Cache, CachedConfigMap, CachedPod, CachedService, CachedStatefulSet};
+use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_wasm::swap::{ModuleManager, Serving};
+use shardgate_wasm::{CallError, Reconciler};
+
+use crate::metrics::Metrics;
+
+/// The caches of everything the operator reads: the clusters in kube's
+/// reflector store, the owned kinds in shardgate's ([`Cache`]).
+#[derive(Clone)]
+pub struct Stores {
+    pub clusters: Store<ValkeyCluster>,
+    pub services: Cache<CachedService>,
+    pub config_maps: Cache<CachedConfigMap>,
+    pub stateful_sets: Cache<CachedStatefulSet>,
+    pub pods: Cache<CachedPod>,
+}
+
+impl Stores {
+    /// Whether every owned kind has been listed once. A reconcile that ran
+    /// on a half-filled cache would see objects as missing and apply them
+    /// again (after a restart: every Service without its NodePorts).
+    ///
+    /// Never waits: the controller polls the watches that fill these caches
+    /// only while it has a free reconcile slot, so reconciles that waited
+    /// for them could fill every slot and wait forever.
+    pub fn synced(&self) -> bool {
+        self.services.is_ready()
+            && self.config_maps.is_ready()
+            && self.stateful_sets.is_ready()
+            && self.pods.is_ready()
+    }
+}
+
+pub struct Context {
+    pub client: kube::Client,
+    pub stores: Stores,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    /// Whether reconciles talk to the Valkey nodes.
+    pub manage_valkey: bool,
+    /// Applies the stores have not shown yet.
+    pub recent: Recent,
+    modules: Arc<ModuleManager>,
+    failures: Mutex<HashMap<ObjectRef<ValkeyCluster>, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        stores: Stores,
+        modules: Arc<ModuleManager>,
+        metrics: Arc<Metrics>,
+        instance: String,
+        manage_valkey: bool,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "shardgate".into(),
+            instance: Some(instance),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            stores,
+            metrics,
+            manage_valkey,
+            recent: Default::default(),
+            modules,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The module new reconciles use. A reconcile keeps the one it started
+    /// with, so a swap never changes the logic under a running reconcile.
+    pub fn module(&self) -> Arc<dyn Reconciler> {
+        self.modules.module()
+    }
+
+    /// The module manager shared by every leadership term.
+    pub fn modules(&self) -> &Arc<ModuleManager> {
+        &self.modules
+    }
+
+    /// Replaces the module for reconciles that start from now on, without
+    /// any check (see [`ModuleManager::offer`] for the checked path).
+    pub fn swap_module(&self, module: Arc<dyn Reconciler>) {
+        self.modules.install(Serving {
+            module,
+            digest: "unverified".into(),
+            source: "swap_module".into(),
+        });
+    }
+
+    /// The guest call of a reconcile through `used` answered (a verdict on
+    /// an invalid spec is an answer too).
+    pub fn module_succeeded(&self, used: &Arc<dyn Reconciler>) {
+        self.modules.module_succeeded(used);
+    }
+
+    /// The guest call of a reconcile through `used` failed; enough of these
+    /// in a row roll the module back.
+    pub fn module_failed(&self, used: &Arc<dyn Reconciler>, error: &CallError) {
+        self.modules.module_failed(used, error);
+    }
+
+    /// Backoff after consecutive failures: 200 ms, 400 ms, 800 ms ... at
+    /// most 5 minutes.
+    pub fn failed(&self, obj: ObjectRef<ValkeyCluster>) -> Duration {
+        let mut f = self.failures.lock().unwrap();
+        let n = f.entry(obj).or_insert(0);
+        *n = (*n + 1).min(16);
+        Duration::from_millis(200u64.saturating_mul(1 << (*n - 1))).min(Duration::from_secs(300))
+    }
+
+    pub fn succeeded(&self, obj: &ObjectRef<ValkeyCluster>) {
+        self.failures.lock().unwrap().remove(obj);
+    }
+}

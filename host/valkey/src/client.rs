@@ -1,0 +1,368 @@
+//! A connection to one Valkey node.
+//!
+//! [`NodeClient`] connects to exactly one node by its pod address (never by an
+//! announced address: once client-only announce settings are in place,
+//! `CLUSTER NODES`/`SHARDS` show the external endpoints to the operator too) and
+//! applies the announce settings the guest computed for that node
+//! (`Node.announce`) with `CONFIG SET`, without a restart.
+//!
+//! Reset values accepted by Valkey 9.1.2 with `CONFIG SET` (checked against a
+//! live server): `""` for `cluster-announce-human-nodename`, `-hostname`,
+//! `-client-ipv4` and `-client-ipv6`; `"0"` for `-client-port` and
+//! `-client-tls-port`; `"ip"` for `cluster-preferred-endpoint-type`. These are
+//! also the values `CONFIG GET` reports on a node that never set them.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Value};
+use shardgate_contract::model::SlotRange;
+
+use crate::announce;
+use crate::cluster_nodes::{self, View};
+
+/// How long connecting to a node, and each command, may take.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A failure talking to one node. Every variant names the node's address.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("valkey node {node}: cannot connect: {source}")]
+    Connect {
+        node: SocketAddr,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("valkey node {node}: {command} failed: {source}")]
+    Command {
+        node: SocketAddr,
+        command: &'static str,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("valkey node {node}: unexpected {command} reply: {detail}")]
+    Reply {
+        node: SocketAddr,
+        command: &'static str,
+        detail: String,
+    },
+    #[error("valkey node {node}: CONFIG GET did not return setting {setting:?}")]
+    Missing { node: SocketAddr, setting: String },
+    #[error("valkey node {node}: setting {setting:?} is not an announce setting shardgate manages")]
+    Unmanaged { node: SocketAddr, setting: String },
+    #[error("valkey node {node}: setting {setting:?} is given more than once")]
+    Duplicate { node: SocketAddr, setting: String },
+    #[error("valkey node {node}: CONFIG SET {setting} {value:?} was rejected: {source}")]
+    Rejected {
+        node: SocketAddr,
+        /// The setting Valkey blamed, or every setting of the atomic change
+        /// when it named none.
+        setting: String,
+        value: String,
+        #[source]
+        source: redis::RedisError,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The client port and cluster bus port every node listens on.
+pub const CLIENT_PORT: u16 = 6379;
+pub const BUS_PORT: u16 = 16379;
+
+/// What [`NodeClient::facts`] reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    pub view: View,
+    pub migrating: bool,
+    pub synced: bool,
+    pub cluster_ok: bool,
+}
+
+fn range_args(slots: &[SlotRange]) -> impl Iterator<Item = String> + '_ {
+    slots
+        .iter()
+        .flat_map(|r| [r.start.to_string(), r.end.to_string()])
+}
+
+/// The `state` of every job in a `CLUSTER GETSLOTMIGRATIONS` reply (a list
+/// of maps, or of flat key/value arrays under RESP2).
+fn migration_states(reply: &Value) -> Vec<String> {
+    let Value::Array(jobs) = reply else {
+        return Vec::new();
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    jobs.iter()
+        .filter_map(|job| match job {
+            Value::Array(kv) => kv
+                .chunks(2)
+                .find(|p| p.len() == 2 && text(&p[0]).as_deref() == Some("state"))
+                .and_then(|p| text(&p[1])),
+            Value::Map(kv) => kv
+                .iter()
+                .find(|(k, _)| text(k).as_deref() == Some("state"))
+                .and_then(|(_, v)| text(v)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A connection to one Valkey node.
+#[derive(Clone)]
+pub struct NodeClient {
+    node: SocketAddr,
+    conn: MultiplexedConnection,
+}
+
+impl std::fmt::Debug for NodeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeClient")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeClient {
+    /// Connects to the node at `node` (a pod IP and port 6379), with
+    /// [`DEFAULT_TIMEOUT`] for connecting and for each command.
+    pub async fn connect(node: SocketAddr) -> Result<Self> {
+        Self::connect_with_timeout(node, DEFAULT_TIMEOUT).await
+    }
+
+    /// Connects to the node at `node`, with `timeout` for connecting and for
+    /// each command.
+    pub async fn connect_with_timeout(node: SocketAddr, timeout: Duration) -> Result<Self> {
+        let client = redis::Client::open((node.ip().to_string(), node.port()))
+            .map_err(|source| Error::Connect { node, source })?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|source| Error::Connect { node, source })?;
+        Ok(NodeClient { node, conn })
+    }
+
+    /// The address this client is connected to.
+    pub fn node(&self) -> SocketAddr {
+        self.node
+    }
+
+    /// The node's ID (`CLUSTER MYID`), which identifies it across restarts
+    /// and address changes.
+    pub async fn my_id(&mut self) -> Result<String> {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|source| self.command_error("CLUSTER MYID", source))
+    }
+
+    /// The current values of `keys`, with one `CONFIG GET`.
+    pub async fn config_get(&mut self, keys: &[&str]) -> Result<HashMap<String, String>> {
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let values: HashMap<String, String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(keys)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|source| self.command_error("CONFIG GET", source))?;
+        if let Some(missing) = keys.iter().find(|k| !values.contains_key(**k)) {
+            return Err(Error::Missing {
+                node: self.node,
+                setting: missing.to_string(),
+            });
+        }
+        Ok(values)
+    }
+
+    /// Makes the node announce `settings` (the guest's `Node.announce`: every
+    /// managed key with the value it should have now, resets included).
+    ///
+    /// Reads the current values with one `CONFIG GET` and sets only those that
+    /// differ, all in one `CONFIG SET`, which Valkey applies atomically: a
+    /// client never sees, say, the new client port with the old client IP.
+    /// Returns how many settings changed; 0 (and no write) when everything is
+    /// already in place. Only the client-facing announce settings may be given.
+    pub async fn apply_announce(&mut self, settings: &[(String, String)]) -> Result<usize> {
+        let mut keys: Vec<&str> = Vec::with_capacity(settings.len());
+        for (key, _) in settings {
+            if !announce::is_managed(key) {
+                return Err(Error::Unmanaged {
+                    node: self.node,
+                    setting: key.clone(),
+                });
+            }
+            if keys.contains(&key.as_str()) {
+                return Err(Error::Duplicate {
+                    node: self.node,
+                    setting: key.clone(),
+                });
+            }
+            keys.push(key);
+        }
+        let current = self.config_get(&keys).await?;
+        let get = |k: &str| current.get(k).map(String::as_str);
+        let changes = announce::changes(settings, &get);
+        if changes.is_empty() {
+            return Ok(0);
+        }
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET");
+        for (key, value) in &changes {
+            cmd.arg(*key).arg(*value);
+        }
+        cmd.query_async::<()>(&mut self.conn)
+            .await
+            .map_err(|source| self.rejected(&changes, source))?;
+        Ok(changes.len())
+    }
+
+    /// What the node reports about itself for the topology plan: its ID,
+    /// the primary it follows, its slots, the peers it knows, whether a slot
+    /// migration is under way, whether a replica is in sync.
+    pub async fn facts(&mut self) -> Result<Facts> {
+        let view = self.cluster_nodes().await?;
+        let jobs: Value = self
+            .cluster(&["GETSLOTMIGRATIONS"], "CLUSTER GETSLOTMIGRATIONS")
+            .await?;
+        let migrating = migration_states(&jobs)
+            .iter()
+            .any(|s| cluster_nodes::is_running(s));
+        let synced = if view.primary.is_some() {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut self.conn)
+                .await
+                .map_err(|source| self.command_error("INFO replication", source))?;
+            cluster_nodes::replica_synced(&info)
+        } else {
+            true
+        };
+        let info: String = self.cluster(&["INFO"], "CLUSTER INFO").await?;
+        let cluster_ok = cluster_nodes::cluster_state_ok(&info);
+        Ok(Facts {
+            view,
+            migrating,
+            synced,
+            cluster_ok,
+        })
+    }
+
+    /// This node's `CLUSTER NODES`, parsed.
+    pub async fn cluster_nodes(&mut self) -> Result<View> {
+        let text: String = self.cluster(&["NODES"], "CLUSTER NODES").await?;
+        cluster_nodes::parse(&text).map_err(|detail| Error::Reply {
+            node: self.node,
+            command: "CLUSTER NODES",
+            detail,
+        })
+    }
+
+    /// `CLUSTER MEET`: joins the node at `peer` (its pod IP; client port
+    /// 6379, bus port 16379) to this node's cluster.
+    pub async fn meet(&mut self, peer: IpAddr) -> Result<()> {
+        let ip = peer.to_string();
+        let client = CLIENT_PORT.to_string();
+        let bus = BUS_PORT.to_string();
+        self.cluster(&["MEET", &ip, &client, &bus], "CLUSTER MEET")
+            .await
+    }
+
+    /// `CLUSTER ADDSLOTSRANGE`.
+    pub async fn add_slots(&mut self, slots: &[SlotRange]) -> Result<()> {
+        let mut args = vec!["ADDSLOTSRANGE".to_string()];
+        args.extend(range_args(slots));
+        self.cluster(&args, "CLUSTER ADDSLOTSRANGE").await
+    }
+
+    /// `CLUSTER REPLICATE <primary>`.
+    pub async fn replicate(&mut self, primary: &str) -> Result<()> {
+        self.cluster(&["REPLICATE", primary], "CLUSTER REPLICATE")
+            .await
+    }
+
+    /// `CLUSTER MIGRATESLOTS SLOTSRANGE ... NODE <target>`: Valkey 9's
+    /// atomic slot migration, run by this (the source) node.
+    pub async fn migrate_slots(&mut self, slots: &[SlotRange], target: &str) -> Result<()> {
+        let mut args = vec!["MIGRATESLOTS".to_string(), "SLOTSRANGE".to_string()];
+        args.extend(range_args(slots));
+        args.push("NODE".into());
+        args.push(target.into());
+        self.cluster(&args, "CLUSTER MIGRATESLOTS").await
+    }
+
+    /// `CLUSTER FAILOVER`, sent to a replica: it takes over from its
+    /// primary once it has caught up, so no acknowledged write is lost.
+    pub async fn failover(&mut self) -> Result<()> {
+        self.cluster(&["FAILOVER"], "CLUSTER FAILOVER").await
+    }
+
+    /// `CLUSTER FORGET <id>`.
+    pub async fn forget(&mut self, id: &str) -> Result<()> {
+        self.cluster(&["FORGET", id], "CLUSTER FORGET").await
+    }
+
+    async fn cluster<T: redis::FromRedisValue, A: redis::ToRedisArgs>(
+        &mut self,
+        args: A,
+        command: &'static str,
+    ) -> Result<T> {
+        redis::cmd("CLUSTER")
+            .arg(args)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|source| self.command_error(command, source))
+    }
+
+    fn command_error(&self, command: &'static str, source: redis::RedisError) -> Error {
+        Error::Command {
+            node: self.node,
+            command,
+            source,
+        }
+    }
+
+    /// A `CONFIG SET` failure, naming the setting Valkey blamed ("possibly
+    /// related to argument 'x'") when it did.
+    fn rejected(&self, changes: &[(&str, &str)], source: redis::RedisError) -> Error {
+        if source.code().is_none() {
+            // Not a reply from the server (I/O, timeout): no setting to blame.
+            return self.command_error("CONFIG SET", source);
+        }
+        let text = source.to_string();
+        let blamed = changes
+            .iter()
+            .find(|(k, _)| text.contains(&format!("'{k}'")));
+        let (setting, value) = match blamed {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (
+                changes
+                    .iter()
+                    .map(|(k, _)| *k)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                changes
+                    .iter()
+                    .map(|(_, v)| *v)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        };
+        Error::Rejected {
+            node: self.node,
+            setting,
+            value,
+            source,
+        }
+    }
+}

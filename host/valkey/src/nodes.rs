@@ -1,0 +1,206 @@
+//! One cluster's Valkey nodes that answered: their facts for the guest's
+//! topology plan, and what the guest decided done to them — announce
+//! settings with `CONFIG SET` (no restart) and the plan's steps.
+//!
+//! Nodes are reached at their pod IP, which the caller found from the Pod
+//! (never from `CLUSTER NODES`, whose addresses are the announced external
+//! ones), and identified by `CLUSTER MYID`.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use shardgate_contract::model::{Desired, NodeRef, Step, ValkeyNode};
+use tracing::{debug, info};
+
+use crate::client::{self as valkey, CLIENT_PORT, NodeClient};
+
+/// How long connecting to a node and each command may take in a reconcile.
+pub const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The nodes that answered, by (shard, node).
+#[derive(Default)]
+pub struct Nodes {
+    nodes: BTreeMap<(u32, u32), Answered>,
+}
+
+struct Answered {
+    ip: IpAddr,
+    client: NodeClient,
+    facts: ValkeyNode,
+    /// What each node announces, as this node sees it (by node ID).
+    announced: BTreeMap<String, String>,
+}
+
+impl Nodes {
+    /// Connects to every target (a node and its pod IP) and reads its
+    /// facts, all at once. A node that does not answer is left out (the
+    /// guest then plans around it) and logged.
+    pub async fn observe(targets: impl IntoIterator<Item = (NodeRef, IpAddr)>) -> Self {
+        let answers = futures::future::join_all(targets.into_iter().map(|(at, ip)| async move {
+            let at = (at.shard, at.node);
+            let mut client =
+                NodeClient::connect_with_timeout(SocketAddr::new(ip, CLIENT_PORT), TIMEOUT).await?;
+            let f = client.facts().await?;
+            Ok::<_, valkey::Error>((at, ip, client, f))
+        }))
+        .await;
+        let mut nodes = BTreeMap::new();
+        for answer in answers {
+            match answer {
+                Ok(((shard, node), ip, client, f)) => {
+                    let announced = f.view.announced;
+                    let facts = ValkeyNode {
+                        shard,
+                        node,
+                        id: f.view.id,
+                        primary: f.view.primary,
+                        slots: f.view.slots,
+                        peers: f.view.peers,
+                        migrating: f.migrating,
+                        synced: f.synced,
+                        cluster_ok: f.cluster_ok,
+                    };
+                    nodes.insert(
+                        (shard, node),
+                        Answered {
+                            ip,
+                            client,
+                            facts,
+                            announced,
+                        },
+                    );
+                }
+                Err(e) => debug!(error = %e, "node did not answer"),
+            }
+        }
+        Nodes { nodes }
+    }
+
+    /// The facts for the guest, in index order.
+    pub fn facts(&self) -> Vec<ValkeyNode> {
+        self.nodes.values().map(|a| a.facts.clone()).collect()
+    }
+
+    /// Makes every answering node of `desired` announce what the guest
+    /// computed. Returns how many settings changed.
+    pub async fn announce(&mut self, desired: &Desired) -> Result<usize, valkey::Error> {
+        let mut changed = 0;
+        for n in &desired.nodes {
+            if let Some(a) = self.nodes.get_mut(&(n.shard, n.node)) {
+                changed += a.client.apply_announce(&n.announce).await?;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Whether every answering node sees every other answering node
+    /// announce what that node announces itself: a change of announce
+    /// settings has spread by gossip, so no client can still be redirected
+    /// to an old endpoint. Re-reads each node's view.
+    pub async fn announce_settled(&mut self) -> Result<bool, valkey::Error> {
+        for a in self.nodes.values_mut() {
+            a.announced = a.client.cluster_nodes().await?.announced;
+        }
+        let own: BTreeMap<&str, &str> = self
+            .nodes
+            .values()
+            .filter_map(|a| Some((a.facts.id.as_str(), a.announced.get(&a.facts.id)?.as_str())))
+            .collect();
+        Ok(self.nodes.values().all(|a| {
+            own.iter()
+                .all(|(id, addr)| a.announced.get(*id).is_none_or(|seen| seen == addr))
+        }))
+    }
+
+    /// Runs step `index` of a plan over the Valkey protocol. `Restart` is
+    /// the caller's (it deletes a Pod).
+    pub async fn run_step(&mut self, index: usize, step: &Step) -> Result<(), StepError> {
+        self.run(step).await.map_err(|source| StepError {
+            step: describe(step),
+            index,
+            source,
+        })?;
+        info!(step = %describe(step), "topology step done");
+        Ok(())
+    }
+
+    async fn run(&mut self, step: &Step) -> Result<(), valkey::Error> {
+        match step {
+            Step::Meet(m) => {
+                let peer = self.get(m.peer)?.ip;
+                self.get(m.node)?.client.meet(peer).await
+            }
+            Step::AddSlots(a) => self.get(a.node)?.client.add_slots(&a.slots).await,
+            Step::Replicate(r) => {
+                let primary = self.get(r.primary)?.facts.id.clone();
+                self.get(r.node)?.client.replicate(&primary).await
+            }
+            Step::Migrate(m) => {
+                let target = self.get(m.target)?.facts.id.clone();
+                self.get(m.source)?
+                    .client
+                    .migrate_slots(&m.slots, &target)
+                    .await
+            }
+            Step::Forget(id) => {
+                for a in self.nodes.values_mut() {
+                    if a.facts.peers.iter().any(|p| &p.id == id) {
+                        a.client.forget(id).await?;
+                    }
+                }
+                Ok(())
+            }
+            Step::Failover(r) => self.get(*r)?.client.failover().await,
+            Step::Restart(_) => Ok(()),
+        }
+    }
+
+    fn get(&mut self, at: NodeRef) -> Result<&mut Answered, valkey::Error> {
+        self.nodes
+            .get_mut(&(at.shard, at.node))
+            .ok_or_else(|| valkey::Error::Reply {
+                node: SocketAddr::from(([0, 0, 0, 0], CLIENT_PORT)),
+                command: "plan",
+                detail: format!(
+                    "shard {} node {} is in the plan but did not answer",
+                    at.shard, at.node
+                ),
+            })
+    }
+}
+
+/// A plan step that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("topology step {index} ({step}): {source}")]
+pub struct StepError {
+    pub step: String,
+    pub index: usize,
+    #[source]
+    pub source: valkey::Error,
+}
+
+/// A step in words, for logs, Events and errors.
+pub fn describe(step: &Step) -> String {
+    let at = |r: &NodeRef| format!("{}/{}", r.shard, r.node);
+    let slots = |s: &[shardgate_contract::model::SlotRange]| {
+        s.iter()
+            .map(|r| format!("{}-{}", r.start, r.end))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    match step {
+        Step::Meet(m) => format!("meet {} -> {}", at(&m.node), at(&m.peer)),
+        Step::AddSlots(a) => format!("addslots {} {}", at(&a.node), slots(&a.slots)),
+        Step::Replicate(r) => format!("replicate {} -> {}", at(&r.node), at(&r.primary)),
+        Step::Migrate(m) => format!(
+            "migrate {} {} -> {}",
+            slots(&m.slots),
+            at(&m.source),
+            at(&m.target)
+        ),
+        Step::Forget(id) => format!("forget {id}"),
+        Step::Failover(r) => format!("failover to {}", at(r)),
+        Step::Restart(r) => format!("restart {}", at(r)),
+    }
+}

@@ -1,0 +1,87 @@
+//! Builds the guest component (`guest/`, for `wasm32-wasip2`) so the host can
+//! embed it, with no manual step.
+//!
+//! Set `SHARDGATE_GUEST_WASM=/path/to/guest.wasm` to embed a prebuilt
+//! component instead.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=SHARDGATE_GUEST_WASM");
+    if let Ok(prebuilt) = env::var("SHARDGATE_GUEST_WASM") {
+        println!("cargo:rerun-if-changed={prebuilt}");
+        println!("cargo:rustc-env=SHARDGATE_GUEST_WASM={prebuilt}");
+        return;
+    }
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let workspace = manifest_dir
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    for watched in [
+        "guest/src",
+        "guest/Cargo.toml",
+        "wit",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            workspace.join(watched).display()
+        );
+    }
+    let target_dir = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|d| {
+            if d.is_absolute() {
+                d
+            } else {
+                workspace.join(d)
+            }
+        })
+        .unwrap_or_else(|| workspace.join("target"))
+        .join("guest-build");
+    let wasm = build_guest(&workspace, &target_dir);
+    println!("cargo:rustc-env=SHARDGATE_GUEST_WASM={}", wasm.display());
+}
+
+fn build_guest(workspace: &Path, target_dir: &Path) -> PathBuf {
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace)
+        .args([
+            "build",
+            "--locked",
+            "-p",
+            "shardgate-guest",
+            "--target",
+            "wasm32-wasip2",
+        ])
+        .args(["--profile", "guest", "--target-dir"])
+        .arg(target_dir);
+    // The outer build's settings are for the host target, not the guest's.
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_RUSTFLAGS",
+        "RUSTC_WORKSPACE_WRAPPER",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd
+        .status()
+        .expect("running cargo to build the guest component");
+    if !status.success() {
+        panic!(
+            "building the guest component failed (see above). If the target is missing, run \
+             `rustup target add wasm32-wasip2`."
+        );
+    }
+    target_dir.join("wasm32-wasip2/guest/shardgate_guest.wasm")
+}

@@ -1,0 +1,139 @@
+//! A compiled reconcile module and the calls into it. Every call
+//! instantiates the module in a fresh [`Store`] with a memory cap and an
+//! epoch deadline, and throws the Store away afterwards, so one call can
+//! never see or break another.
+
+use std::time::Duration;
+
+use anyhow::anyhow;
+use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
+use wasmtime::component::{ComponentExportIndex, InstancePre};
+use wasmtime::{Store, Trap};
+
+use crate::engine::{EPOCH_TICK, Tier};
+use crate::isolation::{Limits, State};
+
+/// Why a guest call produced no answer. Nothing may be applied after any of
+/// these.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("reconcile module exceeded its deadline of {0:?} and was stopped")]
+    Deadline(Duration),
+    #[error("reconcile module exceeded its memory cap of {0} bytes and was stopped")]
+    MemoryCap(usize),
+    #[error("reconcile module trapped: {0}")]
+    Trap(String),
+    #[error("reconcile module could not be called: {0:#}")]
+    Host(anyhow::Error),
+}
+
+/// A compiled, linked reconcile module. Cheap to clone; every call runs in a
+/// fresh Store.
+#[derive(Clone)]
+pub struct Module {
+    engine: wasmtime::Engine,
+    tier: Tier,
+    limits: Limits,
+    pre: InstancePre<State>,
+    reconcile: ComponentExportIndex,
+    validate: ComponentExportIndex,
+}
+
+type ReconcileResult = Result<Desired, GuestError>;
+
+impl Module {
+    pub(crate) fn new(
+        engine: wasmtime::Engine,
+        tier: Tier,
+        limits: Limits,
+        pre: InstancePre<State>,
+        reconcile: ComponentExportIndex,
+        validate: ComponentExportIndex,
+    ) -> Self {
+        Module {
+            engine,
+            tier,
+            limits,
+            pre,
+            reconcile,
+            validate,
+        }
+    }
+
+    /// Which compiler made this module's code.
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    /// Calls `reconcile`. The outer error is the sandbox's (trap, deadline,
+    /// cap); the inner one is the guest's verdict on the input.
+    pub fn reconcile(&self, input: &Input) -> Result<ReconcileResult, CallError> {
+        self.call(|store, instance| {
+            let f = instance
+                .get_typed_func::<(&Input,), (ReconcileResult,)>(&mut *store, self.reconcile)?;
+            Ok(f.call(&mut *store, (input,))?.0)
+        })
+    }
+
+    /// Calls `validate`.
+    pub fn validate(&self, cluster: &Cluster) -> Result<Vec<Violation>, CallError> {
+        self.call(|store, instance| {
+            let f = instance
+                .get_typed_func::<(&Cluster,), (Vec<Violation>,)>(&mut *store, self.validate)?;
+            Ok(f.call(&mut *store, (cluster,))?.0)
+        })
+    }
+
+    /// Instantiates once and looks the functions up with their Rust types, so
+    /// a module whose exports have other types is refused at load time.
+    pub(crate) fn check_types(&self) -> anyhow::Result<()> {
+        let mut store = self.store();
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| anyhow!("{e:#}"))?;
+        instance
+            .get_typed_func::<(&Input,), (ReconcileResult,)>(&mut store, self.reconcile)
+            .map_err(|e| anyhow!("`reconcile` has the wrong type: {e:#}"))?;
+        instance
+            .get_typed_func::<(&Cluster,), (Vec<Violation>,)>(&mut store, self.validate)
+            .map_err(|e| anyhow!("`validate` has the wrong type: {e:#}"))?;
+        Ok(())
+    }
+
+    fn store(&self) -> Store<State> {
+        let mut store = Store::new(&self.engine, State::new(&self.limits));
+        store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
+        let ticks = self
+            .limits
+            .deadline
+            .as_nanos()
+            .div_ceil(EPOCH_TICK.as_nanos()) as u64;
+        store.set_epoch_deadline(ticks.max(1) + 1);
+        store.epoch_deadline_trap();
+        store
+    }
+
+    fn call<R>(
+        &self,
+        f: impl FnOnce(&mut Store<State>, &wasmtime::component::Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let mut store = self.store();
+        let result = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| f(&mut store, &instance));
+        result.map_err(|e| self.classify(&store, e))
+    }
+
+    fn classify(&self, store: &Store<State>, e: wasmtime::Error) -> CallError {
+        if store.data().cap_hit {
+            return CallError::MemoryCap(self.limits.memory_bytes);
+        }
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => CallError::Deadline(self.limits.deadline),
+            Some(trap) => CallError::Trap(format!("{trap}: {e:#}")),
+            None => CallError::Host(anyhow!("{e:#}")),
+        }
+    }
+}
