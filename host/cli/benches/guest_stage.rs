@@ -30,6 +30,7 @@ use shardgate_k8s::crd::{
     EndpointType, ExternalAccessSpec, ServiceType, TrafficPolicy, ValkeyCluster, ValkeyClusterSpec,
     ValkeyClusterStatus,
 };
+use shardgate_k8s::status::{self, Outcome, Progress};
 use shardgate_wasm::{EMBEDDED_GUEST, Engine, Limits, Module, RECONCILER_INTERFACE};
 use shardgate_wasm::{Native, Reconciler};
 use wasmtime::Store;
@@ -146,8 +147,16 @@ impl Snapshot {
 
     fn output(&self, desired: &Desired) -> (Objects, ValkeyClusterStatus) {
         let objects = convert::objects(&self.vc, desired);
-        let status = convert::status(
-            desired,
+        let outcome = Outcome::Reconciled {
+            guest: &desired.status,
+            progress: Progress {
+                wanted_nodes: desired.nodes.len(),
+                ready_nodes: desired.nodes.len(),
+                ..Progress::default()
+            },
+        };
+        let status = status::compute(
+            &outcome,
             self.vc.status.as_ref(),
             self.vc.metadata.generation,
             &self.now,

@@ -127,10 +127,64 @@ fn render_sample_prints_services_node_objects_and_status() {
     assert_eq!(eps.as_array().unwrap().len(), 3);
     assert_eq!(eps[2]["shardIndex"], 2);
     assert_eq!(eps[2]["nodePorts"], json!([0, 0]));
-    let cond = &cluster["status"]["conditions"][0];
+    // The status the operator would write after this first apply, every
+    // condition included (computed by the same function).
+    let reasons: Vec<(&str, &str, &str)> = cluster["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap(),
+                c["status"].as_str().unwrap(),
+                c["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
     assert_eq!(
-        (cond["type"].as_str(), cond["reason"].as_str()),
-        (Some("ExternalAccessReady"), Some("AwaitingNodePorts"))
+        reasons,
+        [
+            ("Degraded", "False", "AsExpected"),
+            ("ExternalAccessReady", "False", "AwaitingNodePorts"),
+            ("Progressing", "True", "Applying"),
+            ("Ready", "False", "NodesNotReady"),
+        ]
+    );
+}
+
+/// The same input renders the same bytes, whenever it runs: no wall clock
+/// (a changed condition is stamped with `--now`, by default the cluster's
+/// creationTimestamp or the Unix epoch).
+#[test]
+fn render_is_deterministic_and_takes_its_time_from_now() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["render", "-f", "deploy/samples/valkeycluster-external.yaml"];
+        args.extend_from_slice(extra);
+        let out = shardgate(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let first = run(&[]);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_eq!(
+        first,
+        run(&[]),
+        "two runs a second apart give identical bytes"
+    );
+    let text = String::from_utf8(first).unwrap();
+    assert!(
+        text.contains("lastTransitionTime: 1970-01-01T00:00:00Z"),
+        "{text}"
+    );
+    let at = run(&["--now", "2026-12-03T10:00:00Z"]);
+    assert!(
+        String::from_utf8(at)
+            .unwrap()
+            .contains("lastTransitionTime: 2026-12-03T10:00:00Z")
     );
 }
 

@@ -4,7 +4,8 @@
 //! Into the guest: a [`ValkeyCluster`] and the Services and Pods it owns
 //! become an [`Input`] of indices and integers. Out of the guest: a
 //! [`Desired`] becomes the exact objects to apply (shard Services, and per
-//! node a ConfigMap, a headless Service and a StatefulSet) and the status.
+//! node a ConfigMap, a headless Service and a StatefulSet); its status part
+//! becomes the cluster's status in [`crate::status`].
 //! Every field the API server would default is set explicitly, so what we
 //! apply equals what the server stores and a re-apply is a no-op.
 
@@ -19,18 +20,13 @@ use k8s_openapi::api::core::v1::{
     SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    Condition, LabelSelector, ObjectMeta, OwnerReference, Time,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use shardgate_contract::model::{self as m, Desired, Input, Pair};
 use shardgate_contract::{labels, names};
 
-use crate::crd::{
-    EndpointType, NodeEndpointStatus, ServiceType, ShardEndpointStatus, TrafficPolicy,
-    ValkeyCluster, ValkeyClusterStatus,
-};
+use crate::crd::{EndpointType, ServiceType, TrafficPolicy, ValkeyCluster};
 
 // ---- into the guest -------------------------------------------------------
 
@@ -603,59 +599,4 @@ fn quantity_map(pairs: &[Pair]) -> Option<BTreeMap<String, Quantity>> {
             .map(|(k, v)| (k.clone(), Quantity(v.clone())))
             .collect()
     })
-}
-
-/// The cluster's status from `desired`. A condition keeps its
-/// `lastTransitionTime` from `previous` while its status is unchanged;
-/// otherwise it is `now`.
-pub fn status(
-    desired: &Desired,
-    previous: Option<&ValkeyClusterStatus>,
-    generation: Option<i64>,
-    now: &Time,
-) -> ValkeyClusterStatus {
-    let external_endpoints = desired.status.external_endpoints.as_ref().map(|eps| {
-        eps.iter()
-            .map(|e| ShardEndpointStatus {
-                shard_index: e.shard as i32,
-                node_ports: e.node_ports.iter().map(|p| *p as i32).collect(),
-                nodes: e
-                    .nodes
-                    .iter()
-                    .map(|n| NodeEndpointStatus {
-                        node_index: n.node as i32,
-                        host: n.host.clone(),
-                        port: n.port as i32,
-                        ready: n.ready,
-                    })
-                    .collect(),
-            })
-            .collect()
-    });
-    let conditions = desired
-        .status
-        .conditions
-        .iter()
-        .map(|c| {
-            let status = c.status.as_str().to_string();
-            let since = previous
-                .and_then(|p| p.conditions.iter().find(|pc| pc.type_ == c.type_))
-                .filter(|pc| pc.status == status)
-                .map(|pc| pc.last_transition_time.clone())
-                .unwrap_or_else(|| now.clone());
-            Condition {
-                type_: c.type_.clone(),
-                status,
-                reason: c.reason.clone(),
-                message: c.message.clone(),
-                last_transition_time: since,
-                observed_generation: generation,
-            }
-        })
-        .collect();
-    ValkeyClusterStatus {
-        external_endpoints,
-        conditions,
-        observed_generation: generation,
-    }
 }

@@ -15,5 +15,7 @@ pub mod manager;
 pub mod manifest;
 pub mod owned_fields;
 pub mod prune;
+pub mod snapshot;
+pub mod status;
 
 pub use client::client;

@@ -9,43 +9,23 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use shardgate_k8s::apply::Recent;
-use shardgate_k8s::cache::{Cache, CachedConfigMap, CachedPod, CachedService, CachedStatefulSet};
 use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_k8s::snapshot::Caches;
 use shardgate_wasm::swap::{ModuleManager, Serving};
 use shardgate_wasm::{CallError, Reconciler};
 
 use crate::metrics::Metrics;
 
-/// The caches of everything the operator reads: the clusters in kube's
-/// reflector store, the owned kinds in shardgate's ([`Cache`]).
-#[derive(Clone)]
-pub struct Stores {
-    pub clusters: Store<ValkeyCluster>,
-    pub services: Cache<CachedService>,
-    pub config_maps: Cache<CachedConfigMap>,
-    pub stateful_sets: Cache<CachedStatefulSet>,
-    pub pods: Cache<CachedPod>,
-}
-
-impl Stores {
-    /// Whether every owned kind has been listed once. A reconcile that ran
-    /// on a half-filled cache would see objects as missing and apply them
-    /// again (after a restart: every Service without its NodePorts).
-    ///
-    /// Never waits: the controller polls the watches that fill these caches
-    /// only while it has a free reconcile slot, so reconciles that waited
-    /// for them could fill every slot and wait forever.
-    pub fn synced(&self) -> bool {
-        self.services.is_ready()
-            && self.config_maps.is_ready()
-            && self.stateful_sets.is_ready()
-            && self.pods.is_ready()
-    }
-}
-
 pub struct Context {
     pub client: kube::Client,
-    pub stores: Stores,
+    /// The clusters, in kube's reflector store.
+    pub clusters: Store<ValkeyCluster>,
+    /// The kinds the clusters own, in shardgate's caches. Reconciles never
+    /// wait for them to fill: the controller polls the watches that fill
+    /// them only while it has a free reconcile slot, so reconciles that
+    /// waited could fill every slot and wait forever
+    /// ([`Caches::synced`] is checked instead).
+    pub caches: Caches,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     /// Whether reconciles talk to the Valkey nodes.
@@ -59,7 +39,8 @@ pub struct Context {
 impl Context {
     pub fn new(
         client: kube::Client,
-        stores: Stores,
+        clusters: Store<ValkeyCluster>,
+        caches: Caches,
         modules: Arc<ModuleManager>,
         metrics: Arc<Metrics>,
         instance: String,
@@ -72,7 +53,8 @@ impl Context {
         Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
-            stores,
+            clusters,
+            caches,
             metrics,
             manage_valkey,
             recent: Default::default(),
@@ -125,5 +107,26 @@ impl Context {
 
     pub fn succeeded(&self, obj: &ObjectRef<ValkeyCluster>) {
         self.failures.lock().unwrap().remove(obj);
+    }
+
+    /// A context whose client answers nothing (every request would wait),
+    /// for stages that never reach the API server.
+    #[cfg(test)]
+    pub(crate) fn for_tests(modules: Arc<ModuleManager>) -> Self {
+        let (service, _handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let client = kube::Client::new(service, "default");
+        let (clusters, _) = kube::runtime::reflector::store();
+        Context::new(
+            client,
+            clusters,
+            Caches::default(),
+            modules,
+            Arc::new(Metrics::default()),
+            "test".into(),
+            false,
+        )
     }
 }

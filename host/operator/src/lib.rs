@@ -10,6 +10,7 @@
 //! With leader election on, only the holder of the Lease runs the controller.
 
 pub mod context;
+mod controller;
 pub mod http;
 pub mod leader;
 pub mod metrics;
@@ -22,22 +23,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use anyhow::Context as _;
-use futures::{FutureExt, StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::Api;
-use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
-use shardgate_contract::labels::{self, MANAGED_SELECTOR};
-use shardgate_k8s::cache::{self, Entry, entry as cached};
-use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_wasm::Reconciler;
 use shardgate_wasm::swap::{ModuleManager, Serving};
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::info;
 
-pub use context::{Context, Stores};
+pub use context::Context;
 pub use http::Health;
 pub use metrics::Metrics;
 pub use modules::ModuleReporter;
@@ -74,16 +65,6 @@ pub struct LeaseOptions {
     pub namespace: String,
     pub duration_seconds: u64,
     pub grace_seconds: u64,
-}
-
-fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
 }
 
 /// Runs the operator with one fixed module until `shutdown` resolves (or
@@ -165,7 +146,9 @@ pub async fn run_with_modules(
     };
 
     let result = match &options.lease {
-        None => controller(&options, client, module, metrics, health.clone(), stop_rx).await,
+        None => {
+            controller::controller(&options, client, module, metrics, health.clone(), stop_rx).await
+        }
         Some(lease) => {
             health.ready.store(true, Ordering::Relaxed); // a standby is healthy
             leader::while_leader(client.clone(), lease, &options.identity, stop_rx.clone(), {
@@ -175,7 +158,10 @@ pub async fn run_with_modules(
                     let (options, client, module) =
                         (options.clone(), client.clone(), module.clone());
                     let (metrics, health) = (metrics.clone(), health.clone());
-                    async move { controller(&options, client, module, metrics, health, lost).await }
+                    async move {
+                        controller::controller(&options, client, module, metrics, health, lost)
+                            .await
+                    }
                 }
             })
             .await
@@ -186,257 +172,4 @@ pub async fn run_with_modules(
         let _ = server.await;
     }
     result
-}
-
-/// The controller itself; returns when `stop` resolves.
-async fn controller(
-    options: &Options,
-    client: kube::Client,
-    module: Arc<ModuleManager>,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-    mut stop: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
-    let stop = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
-    let ns = options.namespace.as_deref();
-    let managed = watcher::Config::default()
-        .labels(MANAGED_SELECTOR)
-        .any_semantic()
-        .page_size(LIST_PAGE_SIZE);
-
-    let (services, service_stream) =
-        cached_watch(api::<Service>(&client, ns), &managed, cached::service);
-    let (config_maps, config_map_stream) =
-        cached_watch(api::<ConfigMap>(&client, ns), &managed, cached::config_map);
-    let (stateful_sets, stateful_set_stream) = cached_watch(
-        api::<StatefulSet>(&client, ns),
-        &managed,
-        cached::stateful_set,
-    );
-    let (pods, pod_stream) = cached_watch(api::<Pod>(&client, ns), &managed, cached::pod);
-
-    // Reconciles run concurrently up to a bound well inside the wasm
-    // runtime's instance pool (one instance per in-flight guest call).
-    let concurrency = (shardgate_wasm::Engine::MAX_INSTANCES / 4) as u16;
-    // The clusters' cache, without their managed fields: nothing reads
-    // them, and a cluster's status (an endpoint per node) makes them large.
-    let (clusters, cluster_writer) = reflector::store();
-    let cluster_stream = watcher(
-        api::<ValkeyCluster>(&client, ns),
-        watcher::Config::default()
-            .any_semantic()
-            .page_size(LIST_PAGE_SIZE),
-    )
-    .default_backoff()
-    .modify(|vc| vc.metadata.managed_fields = None)
-    .reflect(cluster_writer)
-    .applied_objects();
-    let controller = Controller::for_stream(cluster_stream, clusters).with_config(
-        kube::runtime::controller::Config::default()
-            .concurrency(concurrency)
-            .debounce(options.debounce),
-    );
-    let stores = Stores {
-        clusters: controller.store(),
-        services: services.clone(),
-        config_maps: config_maps.clone(),
-        stateful_sets: stateful_sets.clone(),
-        pods: pods.clone(),
-    };
-    let ctx = Arc::new(Context::new(
-        client,
-        stores,
-        module,
-        metrics,
-        options.identity.clone(),
-        options.manage_valkey,
-    ));
-
-    // Ready once every cache has its first list.
-    tokio::spawn({
-        let health = health.clone();
-        async move {
-            futures::join!(
-                services.wait_until_ready(),
-                config_maps.wait_until_ready(),
-                stateful_sets.wait_until_ready(),
-                pods.wait_until_ready()
-            );
-            health.ready.store(true, Ordering::Relaxed);
-        }
-    });
-
-    info!(namespace = ns.unwrap_or("<all>"), "controller starting");
-    // Re-reconcile everything on request and after every module swap or
-    // rollback.
-    let triggers = |rx: tokio::sync::broadcast::Receiver<()>| {
-        futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(()) => return Some(((), rx)),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
-        .boxed()
-    };
-    let swaps = triggers(ctx.modules().subscribe());
-    let controller = match &options.reconcile_all {
-        Some(tx) => {
-            controller.reconcile_all_on(futures::stream::select(triggers(tx.subscribe()), swaps))
-        }
-        None => controller.reconcile_all_on(swaps),
-    };
-    controller
-        .watches_stream(service_stream, trigger)
-        .watches_stream(config_map_stream, trigger)
-        .watches_stream(stateful_set_stream, trigger)
-        .watches_stream(pod_stream, trigger)
-        .graceful_shutdown_on(stop)
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                warn!(error = %e, "controller");
-            }
-        })
-        .boxed()
-        .await;
-    info!("controller stopped");
-    Ok(())
-}
-
-/// A cluster to reconcile, carried from a watch of owned objects to the
-/// controller as that cluster's name and namespace.
-type Trigger = PartialObjectMeta<ValkeyCluster>;
-
-/// The cluster to reconcile when `o` changes: its controller, if that is a
-/// ValkeyCluster, else the one its cluster label names (a Pod's controller
-/// is its StatefulSet). The caches keep no owner references, so this stands
-/// in for kube's owner triggers; a reconcile still checks ownership (label
-/// AND controller UID) before it trusts an object.
-fn cluster_to_reconcile(o: &impl Entry) -> Option<Trigger> {
-    let cluster = o
-        .controller_cluster()
-        .or_else(|| o.label(labels::CLUSTER))?;
-    Some(PartialObjectMeta {
-        types: None,
-        metadata: kube::api::ObjectMeta {
-            name: Some(cluster.to_string()),
-            namespace: Some(o.namespace().to_string()),
-            ..Default::default()
-        },
-        _phantom: std::marker::PhantomData,
-    })
-}
-
-/// The controller's reference to a [`Trigger`]'s cluster.
-fn trigger(t: Trigger) -> Option<ObjectRef<ValkeyCluster>> {
-    let meta = t.metadata;
-    Some(ObjectRef::new(meta.name.as_deref()?).within(meta.namespace.as_deref()?))
-}
-
-/// Objects per page of a watch's initial list. A page is decoded whole,
-/// before [`cached`] trims its objects, and the four owned kinds list at once:
-/// kube's default of 500 held ~50 MiB of untrimmed objects at the peak of a
-/// restart with 100 clusters (heaptrack). 100 costs 5x the list requests,
-/// each a fifth of the size.
-const LIST_PAGE_SIZE: u32 = 100;
-
-/// A watch of one kind of managed object, kept in a [`cache::Cache`];
-/// `cache` turns each object into what the cache keeps (dropping what the
-/// operator never reads). Returns the cache and the stream of clusters to
-/// reconcile.
-fn cached_watch<K, C>(
-    api: Api<K>,
-    config: &watcher::Config,
-    cache: fn(K) -> C,
-) -> (
-    cache::Cache<C>,
-    impl futures::Stream<Item = Result<Trigger, watcher::Error>> + Send + 'static,
-)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
-    C: Entry,
-{
-    let store = cache::Cache::default();
-    let stream = watcher(api, config.clone())
-        .default_backoff()
-        .map_ok({
-            let store = store.clone();
-            move |event| {
-                let touched = store.apply(cached_event(event, cache))?;
-                cluster_to_reconcile(touched.as_ref())
-            }
-        })
-        .try_filter_map(|trigger| futures::future::ready(Ok(trigger)));
-    (store, stream)
-}
-
-/// `event` with its objects as the cache keeps them.
-fn cached_event<K, C>(event: watcher::Event<K>, cache: fn(K) -> C) -> watcher::Event<C> {
-    use watcher::Event;
-    match event {
-        Event::Apply(o) => Event::Apply(cache(o)),
-        Event::Delete(o) => Event::Delete(cache(o)),
-        Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(cache(o)),
-        Event::InitDone => Event::InitDone,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::Value;
-
-    fn labelled_and_controlled(cluster_label: Option<&str>, controller: (&str, &str)) -> Value {
-        serde_json::json!({
-            "metadata": {"name": "o", "namespace": "ns",
-                "labels": cluster_label.map(|c| serde_json::json!({"valkey.io/cluster": c})),
-                "ownerReferences": [{"apiVersion": "x", "kind": controller.0,
-                    "name": controller.1, "uid": "u", "controller": true}]}
-        })
-    }
-    #[test]
-    fn a_change_triggers_the_controlling_cluster_else_the_labelled_one() {
-        let svc = |label, controller| {
-            cached::service(
-                serde_json::from_value(labelled_and_controlled(label, controller)).unwrap(),
-            )
-        };
-        let target = |o: &dyn Fn() -> Option<Trigger>| {
-            let r = trigger(o()?)?;
-            Some((r.name, r.namespace.unwrap_or_default()))
-        };
-        let ns = |name: &str| Some((name.to_string(), "ns".to_string()));
-        assert_eq!(
-            target(&|| cluster_to_reconcile(&svc(Some("b"), ("ValkeyCluster", "a")))),
-            ns("a"),
-            "relabelled: still its controller"
-        );
-        assert_eq!(
-            target(&|| cluster_to_reconcile(&svc(None, ("ValkeyCluster", "a")))),
-            ns("a"),
-            "label removed: still its controller"
-        );
-        let pod: Pod =
-            serde_json::from_value(labelled_and_controlled(Some("c"), ("StatefulSet", "s")))
-                .unwrap();
-        assert_eq!(
-            target(&|| cluster_to_reconcile(&cached::pod(pod.clone()))),
-            ns("c")
-        );
-        assert_eq!(
-            target(&|| cluster_to_reconcile(&svc(None, ("Deployment", "d")))),
-            None
-        );
-    }
 }

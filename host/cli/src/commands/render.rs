@@ -1,6 +1,7 @@
 //! `shardgate render`: what the operator would apply for one cluster, given
 //! optional observed objects, computed offline.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -8,10 +9,11 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use shardgate_contract::model::{Severity, Violation};
+use shardgate_contract::model::{NodeRef, Severity, Violation};
 use shardgate_k8s::convert;
 use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_k8s::manifest;
+use shardgate_k8s::status::{self, Outcome, Progress};
 use shardgate_wasm::{Engine, Limits, Reconciler};
 
 use super::load_module;
@@ -31,6 +33,11 @@ pub struct RenderArgs {
     /// Run this reconcile component instead of the embedded one.
     #[arg(long)]
     module: Option<PathBuf>,
+    /// The time a condition that changes is stamped with (RFC 3339).
+    /// Default: the cluster's creationTimestamp, else the Unix epoch, so the
+    /// same input always renders the same bytes.
+    #[arg(long, value_name = "RFC3339")]
+    now: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -50,7 +57,14 @@ impl RenderArgs {
         }
         let engine = Engine::new(Limits::default())?;
         let module = load_module(&engine, self.module.as_ref())?;
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let now = match self.now {
+            Some(t) => Time(t),
+            None => cluster
+                .metadata
+                .creation_timestamp
+                .clone()
+                .unwrap_or(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+        };
         match render(&cluster, &observed, &module, now) {
             Ok(rendered) => {
                 for w in &rendered.warnings {
@@ -81,6 +95,9 @@ pub struct Observed {
     pub services: Vec<Service>,
     pub pods: Vec<Pod>,
     pub clusters: Vec<ValkeyCluster>,
+    /// `kind/name` of every object given, Services and Pods included: an
+    /// object the cluster wants that is not among them would be applied.
+    pub present: BTreeSet<String>,
 }
 
 /// Why render produced nothing.
@@ -101,8 +118,8 @@ pub struct Rendered {
 }
 
 /// Reads observed objects: multi-document YAML, or JSON, each document an
-/// object or a `List` of objects. Services, Pods and ValkeyClusters are kept;
-/// other kinds are ignored.
+/// object or a `List` of objects. Services, Pods and ValkeyClusters are
+/// read; of other kinds only the names are kept.
 pub fn parse_observed(text: &str, into: &mut Observed) -> anyhow::Result<()> {
     for (i, doc) in manifest::documents(text).into_iter().enumerate() {
         let value = doc.with_context(|| format!("document {}", i + 1))?;
@@ -126,6 +143,9 @@ fn add_object(value: serde_json::Value, into: &mut Observed) -> anyhow::Result<(
         .unwrap_or("")
         .to_string();
     let at = |e: anyhow::Error| anyhow::anyhow!("{kind} {name:?}: {e}");
+    if !kind.ends_with("List") {
+        into.present.insert(format!("{kind}/{name}"));
+    }
     match kind.as_str() {
         "List" | "ServiceList" | "PodList" | "ValkeyClusterList" => {
             let items = value
@@ -170,9 +190,39 @@ pub fn render(
     };
     let objects = convert::objects(cluster, &desired);
     let mut items = objects.to_json();
+    // As the operator would report it after applying, with the Valkey
+    // stage off: what is not among the observed objects would be written.
+    let changed = items
+        .iter()
+        .filter(|o| {
+            !observed.present.contains(&format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap_or("")
+            ))
+        })
+        .count();
+    let pods = input.observed.pods.iter().map(|p| {
+        let at = NodeRef {
+            shard: p.shard,
+            node: p.node,
+        };
+        (at, p.ready)
+    });
+    let progress = Progress {
+        changed,
+        ready_nodes: status::ready_nodes(pods, &desired.nodes),
+        wanted_nodes: desired.nodes.len(),
+        formation: None,
+        announce_spreading: false,
+    };
+    let outcome = Outcome::Reconciled {
+        guest: &desired.status,
+        progress,
+    };
     let mut with_status = cluster.clone();
-    with_status.status = Some(convert::status(
-        &desired,
+    with_status.status = Some(status::compute(
+        &outcome,
         cluster.status.as_ref(),
         cluster.metadata.generation,
         &now,

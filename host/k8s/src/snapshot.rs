@@ -1,0 +1,305 @@
+//! One cluster's observed state, read once from the caches: the objects it
+//! owns, and each of its Pods projected once into an [`ObservedNode`] that
+//! every later stage reads (the guest's input, the Valkey nodes to reach,
+//! the Pod a restart deletes, the ready count in the status).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use shardgate_contract::model::{self as m, Input, NodeRef};
+
+use crate::cache::entry::LABEL_REVISION;
+use crate::cache::{Cache, CachedConfigMap, CachedPod, CachedService, CachedStatefulSet, Entry};
+use crate::convert::{self, Labelled, PodView};
+use crate::prune::owned_by;
+
+/// The caches of the kinds a cluster owns.
+#[derive(Clone, Default)]
+pub struct Caches {
+    pub services: Cache<CachedService>,
+    pub config_maps: Cache<CachedConfigMap>,
+    pub stateful_sets: Cache<CachedStatefulSet>,
+    pub pods: Cache<CachedPod>,
+}
+
+impl Caches {
+    /// Whether every kind has been listed once. A reconcile that ran on a
+    /// half-filled cache would see objects as missing and apply them again
+    /// (after a restart: every Service without its NodePorts).
+    pub fn synced(&self) -> bool {
+        self.services.is_ready()
+            && self.config_maps.is_ready()
+            && self.stateful_sets.is_ready()
+            && self.pods.is_ready()
+    }
+}
+
+/// A node's Pod as every stage reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObservedNode {
+    pub at: NodeRef,
+    /// The Pod's name.
+    pub pod: Arc<str>,
+    pub pod_ip: Option<IpAddr>,
+    pub host_ip: Option<m::IpAddress>,
+    pub ready: bool,
+    /// The Pod runs an older template than its StatefulSet's.
+    pub outdated: bool,
+}
+
+impl ObservedNode {
+    /// What the guest reads of it.
+    pub fn observed_pod(&self) -> m::ObservedPod {
+        m::ObservedPod {
+            shard: self.at.shard,
+            node: self.at.node,
+            host_ip: self.host_ip,
+            ready: self.ready,
+            outdated: self.outdated,
+        }
+    }
+}
+
+/// What one cluster owns: labelled for the cluster AND controlled by its
+/// UID. Pods count only if a StatefulSet the cluster controls controls them,
+/// so a stray Pod carrying the cluster's labels cannot inject a host IP.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub services: Vec<Arc<CachedService>>,
+    pub config_maps: Vec<Arc<CachedConfigMap>>,
+    pub stateful_sets: Vec<Arc<CachedStatefulSet>>,
+    /// Each owned Pod that names its node, projected once, in index order.
+    pub nodes: Vec<ObservedNode>,
+}
+
+impl Snapshot {
+    /// Reads what `cluster` (with `uid`) owns in `namespace` from `caches`.
+    pub fn of(caches: &Caches, namespace: &str, cluster: &str, uid: &str) -> Self {
+        fn owned<K: Entry>(objects: Vec<Arc<K>>, cluster: &str, uid: &str) -> Vec<Arc<K>> {
+            objects
+                .into_iter()
+                .filter(|o| owned_by(o.as_ref(), cluster, uid))
+                .collect()
+        }
+        let stateful_sets = owned(
+            caches.stateful_sets.labelled(namespace, cluster),
+            cluster,
+            uid,
+        );
+        let pods = caches.pods.labelled(namespace, cluster);
+        Snapshot {
+            services: owned(caches.services.labelled(namespace, cluster), cluster, uid),
+            config_maps: owned(
+                caches.config_maps.labelled(namespace, cluster),
+                cluster,
+                uid,
+            ),
+            nodes: project(cluster, &stateful_sets, &pods),
+            stateful_sets,
+        }
+    }
+
+    /// The guest's input: `spec` (the cluster as the guest reads it), the
+    /// owned Services and the nodes, and the other clusters' names. No
+    /// Valkey facts yet (see [`Input::observed`]'s `valkey`).
+    pub fn input(&self, spec: m::Cluster, other_clusters: Vec<String>) -> Input {
+        let services = self
+            .services
+            .iter()
+            .filter_map(|s| convert::observed_service(&spec.name, s.as_ref()))
+            .collect();
+        Input {
+            observed: m::Observed {
+                services,
+                pods: self.nodes.iter().map(ObservedNode::observed_pod).collect(),
+                valkey: None,
+            },
+            cluster: spec,
+            other_clusters,
+        }
+    }
+
+    /// The ready nodes with a pod IP, to reach over the Valkey protocol.
+    pub fn valkey_targets(&self) -> impl Iterator<Item = (NodeRef, IpAddr)> + '_ {
+        self.nodes
+            .iter()
+            .filter(|n| n.ready)
+            .filter_map(|n| Some((n.at, n.pod_ip?)))
+    }
+
+    /// The Pods of node `at` (one, unless a replacement is starting).
+    pub fn pods_of(&self, at: NodeRef) -> impl Iterator<Item = &ObservedNode> + '_ {
+        self.nodes.iter().filter(move |n| n.at == at)
+    }
+
+    /// How many of `wanted`'s nodes have a ready Pod.
+    pub fn ready_nodes(&self, wanted: &[m::Node]) -> usize {
+        crate::status::ready_nodes(self.nodes.iter().map(|n| (n.at, n.ready)), wanted)
+    }
+}
+
+/// Each Pod that a StatefulSet of `stateful_sets` controls and that names
+/// its node, once; outdated when its `controller-revision-hash` is not its
+/// StatefulSet's `updateRevision`.
+fn project(
+    cluster: &str,
+    stateful_sets: &[Arc<CachedStatefulSet>],
+    pods: &[Arc<CachedPod>],
+) -> Vec<ObservedNode> {
+    // StatefulSet UID -> its update revision, if it reports one.
+    let revisions: BTreeMap<&str, Option<&str>> = stateful_sets
+        .iter()
+        .filter_map(|s| {
+            let revision = s
+                .state
+                .as_ref()
+                .and_then(|st| st.update_revision.as_deref());
+            Some((s.uid()?, revision))
+        })
+        .collect();
+    let mut nodes: Vec<ObservedNode> = pods
+        .iter()
+        .filter_map(|pod| {
+            let revision = revisions.get(pod.controller_uid()?)?;
+            let o = convert::observed_pod(cluster, pod.as_ref())?;
+            let outdated = matches!(
+                (revision, pod.label(LABEL_REVISION)),
+                (Some(want), Some(have)) if *want != have
+            );
+            Some(ObservedNode {
+                at: NodeRef {
+                    shard: o.shard,
+                    node: o.node,
+                },
+                pod: pod.name.clone(),
+                pod_ip: pod.pod_ip().and_then(|ip| ip.parse().ok()),
+                host_ip: o.host_ip,
+                ready: o.ready,
+                outdated,
+            })
+        })
+        .collect();
+    nodes.sort_by(|a, b| (a.at.shard, a.at.node, &a.pod).cmp(&(b.at.shard, b.at.node, &b.pod)));
+    nodes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::entry;
+    use serde_json::json;
+    use shardgate_contract::labels;
+
+    fn sts(name: &str, uid: &str, revision: Option<&str>) -> Arc<CachedStatefulSet> {
+        Arc::new(entry::stateful_set(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "uid": uid,
+                    "labels": {labels::CLUSTER: "c"}},
+                "spec": {"selector": {}, "template": {}},
+                "status": {"replicas": 1, "updateRevision": revision},
+            }))
+            .unwrap(),
+        ))
+    }
+
+    /// A Pod of node (shard, node), controlled by `owner`, at `revision`.
+    fn pod(
+        name: &str,
+        at: (u32, u32),
+        owner: &str,
+        revision: &str,
+        ip: Option<&str>,
+    ) -> Arc<CachedPod> {
+        Arc::new(entry::pod(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns",
+                    "labels": {labels::CLUSTER: "c", labels::SHARD: at.0.to_string(),
+                        labels::NODE: at.1.to_string(), LABEL_REVISION: revision},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                        "name": "s", "uid": owner, "controller": true}]},
+                "status": {"podIP": ip, "hostIP": "10.0.0.9",
+                    "conditions": [{"type": "Ready", "status": if ip.is_some() { "True" } else { "False" }}]},
+            }))
+            .unwrap(),
+        ))
+    }
+
+    #[test]
+    fn each_owned_pod_is_projected_once_in_index_order() {
+        let sets = [
+            sts("s-10-0", "u10", Some("r2")),
+            sts("s-2-1", "u21", Some("r1")),
+            sts("s-2-0", "u20", None),
+        ];
+        let pods = [
+            pod("p-10-0", (10, 0), "u10", "r1", Some("10.1.0.1")),
+            pod("p-2-1", (2, 1), "u21", "r1", Some("10.1.0.2")),
+            pod("p-2-0", (2, 0), "u20", "r0", None),
+            pod("stray", (0, 0), "not-ours", "r1", Some("10.1.0.3")),
+        ];
+        let nodes = project("c", &sets, &pods);
+        let seen: Vec<_> = nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.at.shard, n.at.node, &*n.pod, n.ready, n.outdated, n.pod_ip,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (2, 0, "p-2-0", false, false, None),
+                (
+                    2,
+                    1,
+                    "p-2-1",
+                    true,
+                    false,
+                    Some("10.1.0.2".parse().unwrap())
+                ),
+                (
+                    10,
+                    0,
+                    "p-10-0",
+                    true,
+                    true,
+                    Some("10.1.0.1".parse().unwrap())
+                ),
+            ],
+            "the stray pod is left out; an unknown revision is not outdated"
+        );
+        let snapshot = Snapshot {
+            nodes,
+            ..Snapshot::default()
+        };
+        let targets: Vec<_> = snapshot
+            .valkey_targets()
+            .map(|(at, _)| (at.shard, at.node))
+            .collect();
+        assert_eq!(targets, [(2, 1), (10, 0)], "only ready pods with an IP");
+        let wanted = |s, n| m::Node {
+            shard: s,
+            node: n,
+            name: String::new(),
+            node_name: String::new(),
+            port_name: String::new(),
+            config: String::new(),
+            announce: Vec::new(),
+        };
+        assert_eq!(snapshot.ready_nodes(&[wanted(2, 0), wanted(2, 1)]), 1);
+        assert_eq!(snapshot.pods_of(NodeRef { shard: 10, node: 0 }).count(), 1);
+        let input = snapshot.input(
+            m::Cluster {
+                name: "c".into(),
+                ..m::Cluster::default()
+            },
+            vec!["other".into()],
+        );
+        assert_eq!(input.observed.pods.len(), 3);
+        assert!(input.observed.pods[2].outdated);
+        assert_eq!(input.other_clusters, ["other"]);
+        assert!(input.observed.valkey.is_none());
+    }
+}

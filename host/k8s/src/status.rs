@@ -1,0 +1,467 @@
+//! A ValkeyCluster's status, computed in one pure function: from the guest's
+//! part of it (external endpoints, `ExternalAccessReady`), what the reconcile
+//! saw and did, and the status as it was. The operator writes it; `shardgate
+//! render` prints it. No clock is read: the caller passes `now`, and a
+//! condition whose status did not change keeps its `lastTransitionTime`.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use shardgate_contract::conditions::{DEGRADED, EXTERNAL_ACCESS_READY, PROGRESSING, READY};
+use shardgate_contract::model as m;
+
+use crate::crd::{NodeEndpointStatus, ShardEndpointStatus, ValkeyClusterStatus};
+
+/// What a reconcile saw and did, beyond the guest's answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Objects created, changed or deleted.
+    pub changed: usize,
+    /// Nodes of the spec whose Pod is ready.
+    pub ready_nodes: usize,
+    /// Nodes the spec wants.
+    pub wanted_nodes: usize,
+    /// The Valkey cluster's formation, when the operator manages Valkey.
+    pub formation: Option<Formation>,
+    /// A change of announce settings is still spreading by gossip.
+    pub announce_spreading: bool,
+}
+
+/// The Valkey cluster's formation, as the guest's plan reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Formation {
+    pub formed: bool,
+    /// Why it is not formed yet.
+    pub waiting: String,
+}
+
+impl From<&m::Topology> for Formation {
+    fn from(t: &m::Topology) -> Self {
+        Formation {
+            formed: t.formed,
+            waiting: t.waiting.clone(),
+        }
+    }
+}
+
+/// How a reconcile ended.
+#[derive(Clone, Debug)]
+pub enum Outcome<'a> {
+    /// The guest answered with a desired state, and it was acted on.
+    Reconciled {
+        guest: &'a m::Status,
+        progress: Progress,
+    },
+    /// The guest refused the spec: nothing was applied or deleted.
+    Refused { message: String },
+}
+
+/// The status after `outcome`, given the status as it was (`previous`) and
+/// the spec's `generation`. Conditions are sorted by type.
+pub fn compute(
+    outcome: &Outcome<'_>,
+    previous: Option<&ValkeyClusterStatus>,
+    generation: Option<i64>,
+    now: &Time,
+) -> ValkeyClusterStatus {
+    let previous = previous.cloned().unwrap_or_default();
+    let condition = |type_: &str, status: &str, reason: &str, message: &str| Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: now.clone(),
+        observed_generation: generation,
+    };
+    let (mut status, wanted) = match outcome {
+        Outcome::Refused { message } => (
+            // What was computed for the last good spec stays; only the
+            // verdict on this one is added.
+            previous.clone(),
+            vec![
+                condition(DEGRADED, "True", "InvalidSpec", message),
+                condition(
+                    PROGRESSING,
+                    "False",
+                    "InvalidSpec",
+                    "the spec must be fixed before anything is applied",
+                ),
+            ],
+        ),
+        Outcome::Reconciled { guest, progress } => {
+            let (ready, progressing) = verdicts(guest, progress);
+            let mut wanted = vec![
+                condition(READY, ready.0, ready.1, &ready.2),
+                condition(PROGRESSING, progressing.0, progressing.1, &progressing.2),
+                condition(DEGRADED, "False", "AsExpected", ""),
+            ];
+            wanted.extend(
+                guest
+                    .conditions
+                    .iter()
+                    .map(|c| condition(&c.type_, c.status.as_str(), &c.reason, &c.message)),
+            );
+            // Exactly these conditions: one the guest no longer reports
+            // drops out.
+            let status = ValkeyClusterStatus {
+                external_endpoints: guest.external_endpoints.as_deref().map(endpoints),
+                conditions: Vec::new(),
+                observed_generation: generation,
+            };
+            (status, wanted)
+        }
+    };
+    for mut c in wanted {
+        if let Some(old) = previous.conditions.iter().find(|o| o.type_ == c.type_)
+            && old.status == c.status
+        {
+            c.last_transition_time = old.last_transition_time.clone();
+        }
+        match status.conditions.iter_mut().find(|o| o.type_ == c.type_) {
+            Some(old) => *old = c,
+            None => status.conditions.push(c),
+        }
+    }
+    status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    status
+}
+
+/// How many of `wanted`'s nodes are ready, given each observed Pod's node
+/// and readiness.
+pub fn ready_nodes(
+    pods: impl IntoIterator<Item = (m::NodeRef, bool)>,
+    wanted: &[m::Node],
+) -> usize {
+    let wanted: BTreeSet<(u32, u32)> = wanted.iter().map(|n| (n.shard, n.node)).collect();
+    pods.into_iter()
+        .filter(|(at, ready)| *ready && wanted.contains(&(at.shard, at.node)))
+        .count()
+}
+
+/// Whether a reconcile that ended so must look again soon: something is
+/// still changing or waited for.
+pub fn pending(guest: &m::Status, progress: &Progress) -> bool {
+    let (ready, progressing) = verdicts(guest, progress);
+    ready.0 != "True" || progressing.0 != "False"
+}
+
+type Verdict = (&'static str, &'static str, String);
+
+/// `Ready` and `Progressing`: status, reason, message.
+fn verdicts(guest: &m::Status, p: &Progress) -> (Verdict, Verdict) {
+    let external_pending = guest
+        .conditions
+        .iter()
+        .any(|c| c.type_ == EXTERNAL_ACCESS_READY && c.status != m::ConditionStatus::True);
+    let forming = p.formation.as_ref().filter(|f| !f.formed);
+    let (ready, expected) = (p.ready_nodes, p.wanted_nodes);
+    let ready_verdict = if ready != expected {
+        (
+            "False",
+            "NodesNotReady",
+            format!("{ready} of {expected} nodes are ready"),
+        )
+    } else if let Some(f) = forming {
+        ("False", "ClusterForming", f.waiting.clone())
+    } else if p.announce_spreading {
+        (
+            "False",
+            "AnnouncePending",
+            "announce settings are still spreading by gossip".to_string(),
+        )
+    } else if external_pending {
+        (
+            "False",
+            "ExternalAccessPending",
+            "nodes are ready; external access is not".to_string(),
+        )
+    } else {
+        (
+            "True",
+            "AllNodesReady",
+            format!("all {expected} nodes are ready"),
+        )
+    };
+    let progressing = if p.changed > 0 {
+        ("True", "Applying", format!("{} objects changed", p.changed))
+    } else if ready_verdict.0 != "True" {
+        (
+            "True",
+            "Waiting",
+            "waiting for nodes or external endpoints".to_string(),
+        )
+    } else {
+        (
+            "False",
+            "Converged",
+            "every object is as desired".to_string(),
+        )
+    };
+    (ready_verdict, progressing)
+}
+
+/// `status.externalEndpoints` from the guest's.
+fn endpoints(eps: &[m::ShardEndpoint]) -> Vec<ShardEndpointStatus> {
+    eps.iter()
+        .map(|e| ShardEndpointStatus {
+            shard_index: e.shard as i32,
+            node_ports: e.node_ports.iter().map(|p| *p as i32).collect(),
+            nodes: e
+                .nodes
+                .iter()
+                .map(|n| NodeEndpointStatus {
+                    node_index: n.node as i32,
+                    host: n.host.clone(),
+                    port: n.port as i32,
+                    ready: n.ready,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    fn guest(external: Option<m::ConditionStatus>) -> m::Status {
+        m::Status {
+            external_endpoints: external.map(|_| Vec::new()),
+            conditions: external
+                .map(|status| m::Condition {
+                    type_: EXTERNAL_ACCESS_READY.into(),
+                    status,
+                    reason: "r".into(),
+                    message: "m".into(),
+                })
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    fn progress(changed: usize, ready: usize, formed: Option<bool>, spreading: bool) -> Progress {
+        Progress {
+            changed,
+            ready_nodes: ready,
+            wanted_nodes: 6,
+            formation: formed.map(|formed| Formation {
+                formed,
+                waiting: "3 of 6 nodes have met".into(),
+            }),
+            announce_spreading: spreading,
+        }
+    }
+
+    fn get<'a>(s: &'a ValkeyClusterStatus, type_: &str) -> (&'a str, &'a str) {
+        let c = s.conditions.iter().find(|c| c.type_ == type_).unwrap();
+        (&c.status, &c.reason)
+    }
+
+    #[test]
+    fn ready_and_progressing_say_what_is_missing_first() {
+        use m::ConditionStatus::{False, True};
+        let cases = [
+            // (changed, ready pods, formed, spreading, external) => Ready, Progressing
+            (
+                (0, 6, Some(true), false, Some(True)),
+                ("True", "AllNodesReady"),
+                ("False", "Converged"),
+            ),
+            (
+                (0, 6, None, false, None),
+                ("True", "AllNodesReady"),
+                ("False", "Converged"),
+            ),
+            (
+                (2, 6, Some(true), false, Some(True)),
+                ("True", "AllNodesReady"),
+                ("True", "Applying"),
+            ),
+            (
+                (0, 5, Some(false), true, Some(False)),
+                ("False", "NodesNotReady"),
+                ("True", "Waiting"),
+            ),
+            (
+                (0, 6, Some(false), true, Some(False)),
+                ("False", "ClusterForming"),
+                ("True", "Waiting"),
+            ),
+            (
+                (0, 6, Some(true), true, Some(False)),
+                ("False", "AnnouncePending"),
+                ("True", "Waiting"),
+            ),
+            (
+                (0, 6, Some(true), false, Some(False)),
+                ("False", "ExternalAccessPending"),
+                ("True", "Waiting"),
+            ),
+            (
+                (3, 5, Some(true), false, Some(True)),
+                ("False", "NodesNotReady"),
+                ("True", "Applying"),
+            ),
+        ];
+        for ((changed, ready, formed, spreading, external), want_ready, want_progressing) in cases {
+            let g = guest(external);
+            let p = progress(changed, ready, formed, spreading);
+            let outcome = Outcome::Reconciled {
+                guest: &g,
+                progress: p.clone(),
+            };
+            let s = compute(&outcome, None, Some(4), &time("2026-01-01T00:00:00Z"));
+            let case = format!("{changed} {ready} {formed:?} {spreading} {external:?}");
+            assert_eq!(get(&s, READY), want_ready, "{case}");
+            assert_eq!(get(&s, PROGRESSING), want_progressing, "{case}");
+            assert_eq!(get(&s, DEGRADED), ("False", "AsExpected"), "{case}");
+            assert_eq!(
+                pending(&g, &p),
+                want_ready.0 != "True" || want_progressing.0 != "False",
+                "{case}"
+            );
+            assert_eq!(s.observed_generation, Some(4));
+            let types: Vec<_> = s.conditions.iter().map(|c| c.type_.as_str()).collect();
+            let mut sorted = types.clone();
+            sorted.sort();
+            assert_eq!(types, sorted, "sorted by type");
+        }
+    }
+
+    #[test]
+    fn transition_times_are_kept_while_a_status_holds() {
+        let g = guest(Some(m::ConditionStatus::False));
+        let reconciled = |ready| Outcome::Reconciled {
+            guest: &g,
+            progress: progress(0, ready, None, false),
+        };
+        let first = compute(&reconciled(5), None, Some(1), &time("2026-01-01T00:00:00Z"));
+        let again = compute(
+            &reconciled(5),
+            Some(&first),
+            Some(1),
+            &time("2026-01-01T00:01:00Z"),
+        );
+        assert_eq!(
+            first, again,
+            "nothing changed: the same status, old times kept"
+        );
+        let ready = compute(
+            &reconciled(6),
+            Some(&again),
+            Some(1),
+            &time("2026-01-01T00:02:00Z"),
+        );
+        let at = |s: &ValkeyClusterStatus, t: &str| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .unwrap()
+                .last_transition_time
+                .clone()
+        };
+        assert_eq!(get(&ready, READY).1, "ExternalAccessPending");
+        assert_eq!(
+            at(&ready, READY),
+            time("2026-01-01T00:00:00Z"),
+            "still False"
+        );
+        assert_eq!(
+            at(&ready, EXTERNAL_ACCESS_READY),
+            time("2026-01-01T00:00:00Z")
+        );
+        let g2 = guest(Some(m::ConditionStatus::True));
+        let done = compute(
+            &Outcome::Reconciled {
+                guest: &g2,
+                progress: progress(0, 6, None, false),
+            },
+            Some(&ready),
+            Some(1),
+            &time("2026-01-01T00:03:00Z"),
+        );
+        assert_eq!(
+            at(&done, READY),
+            time("2026-01-01T00:03:00Z"),
+            "became True"
+        );
+        assert_eq!(
+            at(&done, EXTERNAL_ACCESS_READY),
+            time("2026-01-01T00:03:00Z")
+        );
+        assert_eq!(at(&done, DEGRADED), time("2026-01-01T00:00:00Z"));
+    }
+
+    #[test]
+    fn a_refusal_keeps_what_was_computed_and_adds_its_verdict() {
+        let g = guest(Some(m::ConditionStatus::True));
+        let good = compute(
+            &Outcome::Reconciled {
+                guest: &g,
+                progress: progress(0, 6, Some(true), false),
+            },
+            None,
+            Some(1),
+            &time("2026-01-01T00:00:00Z"),
+        );
+        let refused = compute(
+            &Outcome::Refused {
+                message: "spec.shards: must be at least 1".into(),
+            },
+            Some(&good),
+            Some(2),
+            &time("2026-01-01T00:05:00Z"),
+        );
+        assert_eq!(get(&refused, DEGRADED), ("True", "InvalidSpec"));
+        assert_eq!(get(&refused, PROGRESSING), ("False", "InvalidSpec"));
+        assert_eq!(get(&refused, READY), ("True", "AllNodesReady"), "kept");
+        assert_eq!(
+            refused.observed_generation,
+            Some(1),
+            "still the last good one"
+        );
+        assert_eq!(refused.external_endpoints, good.external_endpoints);
+        let degraded = refused
+            .conditions
+            .iter()
+            .find(|c| c.type_ == DEGRADED)
+            .unwrap();
+        assert_eq!(degraded.message, "spec.shards: must be at least 1");
+        assert_eq!(degraded.observed_generation, Some(2));
+    }
+
+    #[test]
+    fn a_condition_the_guest_no_longer_reports_drops_out() {
+        let with = guest(Some(m::ConditionStatus::True));
+        let without = guest(None);
+        let p = progress(0, 6, None, false);
+        let first = compute(
+            &Outcome::Reconciled {
+                guest: &with,
+                progress: p.clone(),
+            },
+            None,
+            Some(1),
+            &time("2026-01-01T00:00:00Z"),
+        );
+        let off = compute(
+            &Outcome::Reconciled {
+                guest: &without,
+                progress: p,
+            },
+            Some(&first),
+            Some(2),
+            &time("2026-01-01T00:00:00Z"),
+        );
+        assert!(
+            off.conditions
+                .iter()
+                .all(|c| c.type_ != EXTERNAL_ACCESS_READY)
+        );
+        assert!(off.external_endpoints.is_none());
+    }
+}

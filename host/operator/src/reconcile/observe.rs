@@ -1,0 +1,104 @@
+//! Stage 1, observe: what the cluster owns, read once from the caches
+//! ([`Snapshot`], each Pod projected once), the other clusters' names, and
+//! the facts its Valkey nodes report at their pod IPs.
+
+use kube::ResourceExt;
+use shardgate_contract::model::Input;
+use shardgate_k8s::convert;
+use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_k8s::snapshot::Snapshot;
+use shardgate_valkey::Nodes;
+
+use super::Error;
+use crate::context::Context;
+
+/// The snapshot of what `vc` owns, and the guest's input built from it
+/// (without Valkey facts).
+pub fn objects(vc: &ValkeyCluster, ctx: &Context) -> Result<(Snapshot, Input), Error> {
+    let namespace = vc.namespace().ok_or(Error::Incomplete)?;
+    let uid = vc.uid().ok_or(Error::Incomplete)?;
+    let name = vc.name_any();
+    let snapshot = Snapshot::of(&ctx.caches, &namespace, &name, &uid);
+    let state = ctx.clusters.state();
+    let others = others(state.iter().map(|c| c.as_ref()), &namespace, &name);
+    let input = snapshot.input(convert::cluster(vc), others);
+    Ok((snapshot, input))
+}
+
+/// The cluster's answering Valkey nodes, or `None` when the operator does
+/// not talk to Valkey for this cluster: it was told not to, or the cluster
+/// serves TLS only (the operator has no client certificate yet).
+pub async fn valkey(ctx: &Context, vc: &ValkeyCluster, snapshot: &Snapshot) -> Option<Nodes> {
+    if !manages_valkey(ctx.manage_valkey, vc) {
+        return None;
+    }
+    Some(Nodes::observe(snapshot.valkey_targets()).await)
+}
+
+fn manages_valkey(allowed: bool, vc: &ValkeyCluster) -> bool {
+    allowed && vc.spec.tls.is_none()
+}
+
+/// The names of the other clusters in `namespace`, for the guest's
+/// generated-name collision check. Every cluster is looked at; only the
+/// others' names are copied.
+fn others<'a>(
+    clusters: impl Iterator<Item = &'a ValkeyCluster>,
+    namespace: &str,
+    name: &str,
+) -> Vec<String> {
+    clusters
+        .filter(|c| c.metadata.namespace.as_deref() == Some(namespace))
+        .filter_map(|c| c.metadata.name.as_deref().filter(|n| *n != name))
+        .map(String::from)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cluster(namespace: &str, name: &str, tls: bool) -> ValkeyCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": if tls { json!({"tls": {"secretName": "s"}}) } else { json!({}) },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_other_clusters_are_those_of_the_namespace_but_this_one() {
+        let all = [
+            cluster("a", "x", false),
+            cluster("a", "y", false),
+            cluster("b", "z", false),
+            cluster("a", "w", false),
+        ];
+        for (namespace, name, want) in [
+            ("a", "x", vec!["y", "w"]),
+            ("a", "q", vec!["x", "y", "w"]),
+            ("b", "z", vec![]),
+            ("c", "x", vec![]),
+        ] {
+            assert_eq!(
+                others(all.iter(), namespace, name),
+                want,
+                "{namespace}/{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn valkey_is_managed_when_allowed_and_plaintext() {
+        for (allowed, tls, want) in [
+            (true, false, true),
+            (true, true, false),
+            (false, false, false),
+            (false, true, false),
+        ] {
+            assert_eq!(manages_valkey(allowed, &cluster("a", "x", tls)), want);
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Stage 5, prune: what the cluster owns and no longer wants is deleted
+//! (ownership checked again, with a UID precondition), but not while an
+//! announce change is still spreading; what was deleted is told in one
+//! Event.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::ResourceExt;
+use kube::core::NamespaceResourceScope;
+use kube::runtime::events::EventType;
+use serde::de::DeserializeOwned;
+use shardgate_k8s::cache::Entry;
+use shardgate_k8s::convert::Objects;
+use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_k8s::prune;
+use shardgate_k8s::snapshot::Snapshot;
+
+use super::{Error, events};
+use crate::context::Context;
+
+/// The names to keep, by what they name.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Keep {
+    /// Shard Services and the nodes' headless Services.
+    services: BTreeSet<String>,
+    /// The nodes' StatefulSets and ConfigMaps (they share the node's name).
+    nodes: BTreeSet<String>,
+}
+
+fn keep(objects: &Objects) -> Keep {
+    Keep {
+        services: objects
+            .shard_services
+            .iter()
+            .map(|s| s.name_any())
+            .chain(objects.nodes.iter().map(|n| n.headless_service.name_any()))
+            .collect(),
+        nodes: objects
+            .nodes
+            .iter()
+            .map(|n| n.stateful_set.name_any())
+            .collect(),
+    }
+}
+
+/// Prunes what `snapshot` holds beyond `objects`, unless `hold`. Returns
+/// how many objects were deleted.
+pub async fn run(
+    ctx: &Context,
+    vc: &ValkeyCluster,
+    snapshot: &Snapshot,
+    objects: &Objects,
+    hold: bool,
+) -> Result<usize, Error> {
+    if hold {
+        return Ok(0);
+    }
+    let keep = keep(objects);
+    let namespace = vc.namespace().unwrap_or_default();
+    let mut deleted = Vec::new();
+    let at = Scope {
+        ctx,
+        namespace: &namespace,
+    };
+    at.kind::<Service, _>(&snapshot.services, "services", &keep.services, &mut deleted)
+        .await?;
+    at.kind::<StatefulSet, _>(
+        &snapshot.stateful_sets,
+        "statefulsets",
+        &keep.nodes,
+        &mut deleted,
+    )
+    .await?;
+    at.kind::<ConfigMap, _>(
+        &snapshot.config_maps,
+        "configmaps",
+        &keep.nodes,
+        &mut deleted,
+    )
+    .await?;
+    if !deleted.is_empty() {
+        let note = events::summary("deleted", &deleted);
+        events::publish(ctx, vc, EventType::Normal, "Deleted", "Prune", note).await;
+    }
+    Ok(deleted.len())
+}
+
+/// The namespace a prune acts in.
+struct Scope<'a> {
+    ctx: &'a Context,
+    namespace: &'a str,
+}
+
+impl Scope<'_> {
+    /// Prunes one kind, counting each delete and naming it for the Event.
+    async fn kind<K, C: Entry>(
+        &self,
+        owned: &[Arc<C>],
+        resource: &'static str,
+        keep: &BTreeSet<String>,
+        deleted: &mut Vec<String>,
+    ) -> Result<(), Error>
+    where
+        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let names = prune::prune::<K, C>(
+            &self.ctx.client,
+            &self.ctx.recent,
+            owned,
+            self.namespace,
+            keep,
+        )
+        .await?;
+        for n in names {
+            self.ctx.metrics.write("delete", resource);
+            deleted.push(format!("{} {n}", K::kind(&())));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use shardgate_k8s::convert::NodeObjects;
+
+    fn named<K: kube::Resource + Default>(name: &str) -> K {
+        let mut o = K::default();
+        *o.meta_mut() = ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        };
+        o
+    }
+
+    fn node(name: &str) -> NodeObjects {
+        NodeObjects {
+            config_map: named(name),
+            headless_service: named(name),
+            stateful_set: named(name),
+        }
+    }
+
+    #[test]
+    fn shard_services_and_node_objects_are_kept_by_name() {
+        let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        for (shards, nodes, services, node_names) in [
+            (vec![], vec![], set(&[]), set(&[])),
+            (
+                vec!["valkey-c-shard-0"],
+                vec!["valkey-c-0-0", "valkey-c-0-1"],
+                set(&["valkey-c-shard-0", "valkey-c-0-0", "valkey-c-0-1"]),
+                set(&["valkey-c-0-0", "valkey-c-0-1"]),
+            ),
+            (
+                vec![],
+                vec!["valkey-c-1-0"],
+                set(&["valkey-c-1-0"]),
+                set(&["valkey-c-1-0"]),
+            ),
+        ] {
+            let objects = Objects {
+                shard_services: shards.iter().map(|s| named(s)).collect(),
+                nodes: nodes.iter().map(|n| node(n)).collect(),
+            };
+            assert_eq!(
+                keep(&objects),
+                Keep {
+                    services,
+                    nodes: node_names
+                }
+            );
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! Stage 6, status: computed in one pure function
+//! ([`shardgate_k8s::status::compute`], shared with `shardgate render`) and
+//! written through the status subresource only when it differs.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use shardgate_contract::model::Violation;
+use shardgate_k8s::crd::{ValkeyCluster, ValkeyClusterStatus};
+use shardgate_k8s::manager::FIELD_MANAGER;
+use shardgate_k8s::status::{self, Outcome};
+use tracing::warn;
+
+use super::{Error, events};
+use crate::context::Context;
+
+/// Writes the status `outcome` gives, if it differs from the one `vc` has.
+pub async fn publish(
+    vc: &ValkeyCluster,
+    ctx: &Context,
+    outcome: &Outcome<'_>,
+) -> Result<(), Error> {
+    let previous = vc.status.clone().unwrap_or_default();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let next = status::compute(outcome, Some(&previous), vc.metadata.generation, &now);
+    let write = write(&previous, &next);
+    if write == Write::Nothing {
+        return Ok(());
+    }
+    let api: Api<ValkeyCluster> =
+        Api::namespaced(ctx.client.clone(), &vc.namespace().unwrap_or_default());
+    let body = json!({
+        "apiVersion": ValkeyCluster::api_version(&()),
+        "kind": ValkeyCluster::kind(&()),
+        "status": next,
+    });
+    api.patch_status(
+        &vc.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    ctx.metrics.write("apply", "valkeyclusters/status");
+    if write == Write::ApplyThenDropEndpoints {
+        // Apply dropped every entry; remove the (now empty) list itself, as
+        // the seed's status shape requires.
+        let remove = json!({"status": {"externalEndpoints": null}});
+        api.patch_status(
+            &vc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&remove),
+        )
+        .await?;
+        ctx.metrics.write("patch", "valkeyclusters/status");
+    }
+    Ok(())
+}
+
+/// A spec the guest refuses: nothing is applied or deleted; the status and
+/// an Event say why, and nothing more happens until the spec changes.
+pub async fn refuse(
+    vc: &ValkeyCluster,
+    ctx: &Context,
+    violations: &[Violation],
+) -> Result<Action, Error> {
+    let message = violations
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join("; ");
+    warn!(%message, "spec refused; nothing applied");
+    ctx.metrics.error("InvalidSpec");
+    events::publish(
+        ctx,
+        vc,
+        EventType::Warning,
+        "InvalidSpec",
+        "Validate",
+        message.clone(),
+    )
+    .await;
+    publish(vc, ctx, &Outcome::Refused { message }).await?;
+    Ok(Action::await_change())
+}
+
+/// What writing `next` over `previous` takes.
+#[derive(Debug, PartialEq, Eq)]
+enum Write {
+    Nothing,
+    Apply,
+    /// Server-side apply cannot remove the list it stops owning entries of:
+    /// a merge patch drops `externalEndpoints` after the apply.
+    ApplyThenDropEndpoints,
+}
+
+fn write(previous: &ValkeyClusterStatus, next: &ValkeyClusterStatus) -> Write {
+    if previous == next {
+        Write::Nothing
+    } else if previous.external_endpoints.is_some() && next.external_endpoints.is_none() {
+        Write::ApplyThenDropEndpoints
+    } else {
+        Write::Apply
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_is_written_only_when_it_differs() {
+        let with = |endpoints: bool, generation: i64| ValkeyClusterStatus {
+            external_endpoints: endpoints.then(Vec::new),
+            observed_generation: Some(generation),
+            ..ValkeyClusterStatus::default()
+        };
+        for (previous, next, want) in [
+            (with(false, 1), with(false, 1), Write::Nothing),
+            (with(true, 1), with(true, 1), Write::Nothing),
+            (with(false, 1), with(false, 2), Write::Apply),
+            (with(false, 1), with(true, 1), Write::Apply),
+            (with(true, 1), with(false, 2), Write::ApplyThenDropEndpoints),
+        ] {
+            assert_eq!(write(&previous, &next), want, "{previous:?} -> {next:?}");
+        }
+    }
+}

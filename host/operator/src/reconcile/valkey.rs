@@ -1,0 +1,115 @@
+//! Stage 4, Valkey: the nodes announce what the guest computed (`CONFIG
+//! SET`, no restart), then every step of the guest's topology plan runs in
+//! order, `Restart` (a Pod deleted, recreated from the current template)
+//! included. It runs before the prune, so external endpoints stop being
+//! announced before their Services go, and departing shards are drained
+//! first (the guest keeps their objects in `desired` until then).
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::events::EventType;
+use shardgate_contract::model::{Desired, NodeRef, Step};
+use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_k8s::snapshot::Snapshot;
+use shardgate_valkey::{Nodes, describe};
+use tracing::info;
+
+use super::{Error, events};
+use crate::context::Context;
+
+/// What the Valkey stage did and found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reshaped {
+    /// Steps of the plan run.
+    pub steps: usize,
+    /// Some node does not yet see another's new announcement: a client may
+    /// still be redirected to an old endpoint, so nothing may be pruned.
+    pub announce_spreading: bool,
+}
+
+/// Runs the stage on the answering `nodes`; nothing without them (the
+/// operator does not manage this cluster's Valkey).
+pub async fn run(
+    ctx: &Context,
+    vc: &ValkeyCluster,
+    snapshot: &Snapshot,
+    nodes: Option<&mut Nodes>,
+    desired: &Desired,
+) -> Result<Reshaped, Error> {
+    let Some(nodes) = nodes else {
+        return Ok(Reshaped::default());
+    };
+    let settings = nodes.announce(desired).await?;
+    if settings > 0 {
+        info!(settings, "announce settings changed live");
+    }
+    let announce_spreading = !nodes.announce_settled().await?;
+    let steps = &desired.topology.steps;
+    for (i, step) in steps.iter().enumerate() {
+        match step {
+            Step::Restart(at) => restart(ctx, vc, snapshot, *at).await?,
+            _ => nodes.run_step(i, step).await?,
+        }
+    }
+    if let Some(note) = note(steps) {
+        events::publish(ctx, vc, EventType::Normal, "Topology", "Topology", note).await;
+    }
+    Ok(Reshaped {
+        steps: steps.len(),
+        announce_spreading,
+    })
+}
+
+/// Deletes node `at`'s Pod so its StatefulSet recreates it from the
+/// current template.
+async fn restart(
+    ctx: &Context,
+    vc: &ValkeyCluster,
+    snapshot: &Snapshot,
+    at: NodeRef,
+) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &vc.namespace().unwrap_or_default());
+    for node in snapshot.pods_of(at) {
+        api.delete(&node.pod, &DeleteParams::default()).await?;
+        ctx.metrics.write("delete", "pods");
+        info!(pod = %node.pod, "restarted (deleted) to apply a new template");
+    }
+    Ok(())
+}
+
+/// The Event's note for a plan: its steps in words; none for an empty plan.
+fn note(steps: &[Step]) -> Option<String> {
+    (!steps.is_empty()).then(|| steps.iter().map(describe).collect::<Vec<_>>().join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardgate_contract::model::{AddSlots, SlotRange};
+
+    #[test]
+    fn a_plan_is_told_in_one_note() {
+        let at = |shard, node| NodeRef { shard, node };
+        for (steps, want) in [
+            (vec![], None),
+            (vec![Step::Restart(at(0, 1))], Some("restart 0/1")),
+            (
+                vec![
+                    Step::AddSlots(AddSlots {
+                        node: at(1, 0),
+                        slots: vec![SlotRange {
+                            start: 0,
+                            end: 5460,
+                        }],
+                    }),
+                    Step::Failover(at(2, 1)),
+                    Step::Forget("abc".into()),
+                ],
+                Some("addslots 1/0 0-5460; failover to 2/1; forget abc"),
+            ),
+        ] {
+            assert_eq!(note(&steps).as_deref(), want);
+        }
+    }
+}
