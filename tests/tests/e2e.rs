@@ -23,6 +23,7 @@ use redis::{AsyncCommands, RedisFuture};
 use serde_json::json;
 use shardgate_sandbox::stack::{Endpoint, Options, Ready, Sandbox};
 use shardgate_tests::valkey::{cluster_slots, read_keys, write_keys};
+use shardgate_tests::wait;
 use tokio::sync::Mutex;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
@@ -193,16 +194,12 @@ fn pod_addr(sandbox: &Sandbox, shard: u32, node: u32) -> SocketAddr {
     SocketAddr::new(sandbox.pod_ip(shard, node).unwrap(), 6379)
 }
 
-async fn eventually<F, Fut>(what: &str, mut check: F)
+async fn eventually<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_async(what, WAIT, check).await
 }
 
 // ---------------------------------------------------------------- scenarios

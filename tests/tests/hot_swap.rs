@@ -15,21 +15,22 @@ use std::time::{Duration, Instant};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use kube_emulator::{CustomResource, Emulator};
-use serde_json::{Value, json};
 use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 use shardgate_operator::modules as operator_modules;
-use shardgate_operator::{self as operator, Metrics, ModuleReporter, Options};
+use shardgate_operator::{Metrics, ModuleReporter};
+use shardgate_tests::harness::{
+    NS, Operator, Setup, cluster, converged, create, emulator, events, eventually, metric_sum,
+    nodeport,
+};
+use shardgate_tests::wait;
 use shardgate_wasm::Reconciler;
 use shardgate_wasm::sha256_hex;
 use shardgate_wasm::swap::{
     self as modules, Checker, Golden, ModuleManager, ModuleSource, Serving,
 };
 use shardgate_wasm::{CallError, EMBEDDED_GUEST, Engine, Limits, Tier};
-use tokio::sync::{broadcast, oneshot};
 
 const MISBEHAVE: &[u8] = include_bytes!(env!("MISBEHAVE_WASM"));
-const NS: &str = "default";
 
 static ENGINE: LazyLock<Arc<Engine>> =
     LazyLock::new(|| Arc::new(Engine::new(Limits::default()).unwrap()));
@@ -95,23 +96,6 @@ fn checked(bytes: &[u8], source: &ModuleSource) -> Serving {
     }
 }
 
-async fn wait_for(what: &str, timeout: Duration, check: impl Fn() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
-fn metric_sum(metrics: &Metrics, prefix: &str) -> u64 {
-    metrics
-        .encode()
-        .lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 fn swaps(metrics: &Metrics, result: &str) -> u64 {
     metric_sum(
         metrics,
@@ -131,159 +115,6 @@ fn module_info(metrics: &Metrics) -> Vec<String> {
 
 fn info_line(digest: &str, source: &str) -> String {
     format!("shardgate_module_info{{digest=\"{digest}\",source=\"{source}\"}} 1")
-}
-
-struct Operator {
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    metrics: Arc<Metrics>,
-    resync: broadcast::Sender<()>,
-}
-
-impl Operator {
-    async fn start(
-        emu: &Emulator,
-        modules: Arc<ModuleManager>,
-        reporter: Arc<ModuleReporter>,
-    ) -> Operator {
-        let client = emu.client().await.unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let (resync, _) = broadcast::channel(16);
-        let metrics = reporter.metrics().clone();
-        let options = Options {
-            kubeconfig: None,
-            context: None,
-            namespace: None,
-            listen: None,
-            lease: None,
-            identity: "hot-swap".into(),
-            reconcile_all: Some(resync.clone()),
-            manage_valkey: false,
-            // Every trigger reconciles: the tests count reconciles.
-            debounce: Duration::ZERO,
-        };
-        let task = tokio::spawn(operator::run_with_modules(
-            options,
-            client,
-            modules,
-            reporter,
-            async {
-                let _ = stopped.await;
-            },
-        ));
-        Operator {
-            stop: Some(stop),
-            task,
-            metrics,
-            resync,
-        }
-    }
-
-    fn errors(&self) -> u64 {
-        metric_sum(&self.metrics, "shardgate_reconcile_errors_total{")
-    }
-
-    async fn stop(mut self) {
-        self.stop.take().unwrap().send(()).ok();
-        tokio::time::timeout(Duration::from_secs(20), self.task)
-            .await
-            .expect("operator stops on shutdown")
-            .unwrap()
-            .unwrap();
-    }
-}
-
-async fn emulator() -> Emulator {
-    Emulator::builder()
-        .custom_resource(
-            CustomResource::from_crd_yaml(include_str!(
-                "../../deploy/crds/valkeyclusters.valkey.io.yaml"
-            ))
-            .unwrap(),
-        )
-        .statefulset_controller(true)
-        .bookmark_interval(Duration::from_millis(500))
-        .start()
-        .await
-        .unwrap()
-}
-
-async fn create_cluster(emu: &Emulator, name: &str) {
-    let obj = json!({
-        "apiVersion": "valkey.io/v1alpha1",
-        "kind": "ValkeyCluster",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"shards": 2, "replicas": 1, "externalAccess": {
-            "enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip",
-            "externalTrafficPolicy": "Cluster", "hostnamePrefix": "shard"}},
-    });
-    let client = emu.client().await.unwrap();
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        client,
-        NS,
-        &kube::api::ApiResource::erase::<shardgate_k8s::crd::ValkeyCluster>(&()),
-    );
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(obj).unwrap(),
-    )
-    .await
-    .unwrap();
-}
-
-fn condition(emu: &Emulator, name: &str, type_: &str) -> Option<String> {
-    let obj = emu.get("valkeyclusters", NS, name)?;
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .map(|c| c["status"].as_str().unwrap().to_string())
-}
-
-fn converged(emu: &Emulator, name: &str) -> bool {
-    let Some(obj) = emu.get("valkeyclusters", NS, name) else {
-        return false;
-    };
-    obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
-        && condition(emu, name, "Ready").as_deref() == Some("True")
-        && condition(emu, name, "Progressing").as_deref() == Some("False")
-}
-
-/// Waits for `check`, acting as the kubelet meanwhile (every pod gets an
-/// IP, a host IP and Ready).
-async fn eventually(emu: &Emulator, what: &str, check: impl Fn(&Emulator) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        for pod in emu.list("pods", Some(NS)) {
-            let name = pod["metadata"]["name"].as_str().unwrap().to_string();
-            if pod["status"]["podIP"].is_null() {
-                let n = emu.list("pods", Some(NS)).len();
-                let _ = emu.set_pod_status(
-                    NS,
-                    &name,
-                    &format!("10.1.0.{}", n % 250 + 1),
-                    "127.0.0.1",
-                    true,
-                );
-            }
-        }
-        if check(emu) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for: {what}\nwrites: {:?}",
-            emu.write_counts()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn events(emu: &Emulator, reason: &str) -> Vec<Value> {
-    emu.list("events.k8s.io/v1/Event", None)
-        .into_iter()
-        .filter(|e| e["reason"] == reason)
-        .collect()
 }
 
 fn median(v: &mut [Duration]) -> Duration {
@@ -311,7 +142,11 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
     let reporter = ModuleReporter::new(Arc::new(Metrics::default()));
     let metrics = reporter.metrics().clone();
     let manager = Arc::new(ModuleManager::new(checked(&a, &source), reporter.clone()));
-    let op = Operator::start(&emu, manager.clone(), reporter.clone()).await;
+    let op = Operator::with(
+        &emu,
+        Setup::new("hot-swap").modules(manager.clone(), reporter.clone()),
+    )
+    .await;
     let watch = operator_modules::follow(
         manager.clone(),
         Checker::new(ENGINE.clone()),
@@ -320,13 +155,13 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
         Some(digest_a.clone()),
     );
 
-    create_cluster(&emu, "load").await;
+    create(&emu, cluster("load", 2, 1, nodeport())).await;
     eventually(&emu, "converged", |e| converged(e, "load")).await;
 
     // Reconciles run continuously from here on.
     let stop_load = Arc::new(AtomicBool::new(false));
     let load = tokio::spawn({
-        let (tx, stop) = (op.resync.clone(), stop_load.clone());
+        let (tx, stop) = (op.resync_sender(), stop_load.clone());
         async move {
             while !stop.load(Ordering::Relaxed) {
                 tx.send(()).ok();
@@ -352,7 +187,7 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
         let reconciles = metrics.reconciles.get();
         let replaced = Instant::now();
         replace(&path, bytes);
-        wait_for(
+        wait::until(
             &format!("swap {i} to serve"),
             Duration::from_secs(30),
             || manager.serving().digest == *digest,
@@ -369,7 +204,7 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
             "swap {i}: module_info shows only the serving module"
         );
         // Reconciles run with the new module before the next swap.
-        wait_for("reconciles after the swap", Duration::from_secs(10), || {
+        wait::until("reconciles after the swap", Duration::from_secs(10), || {
             metrics.reconciles.get() >= reconciles + 3
         })
         .await;
@@ -422,7 +257,7 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
 
 /// Waits for the `n`th rejection and returns its message.
 async fn rejection(manager: &ModuleManager, metrics: &Metrics, n: u64) -> String {
-    wait_for(&format!("rejection {n}"), Duration::from_secs(30), || {
+    wait::until(&format!("rejection {n}"), Duration::from_secs(30), || {
         swaps(metrics, "rejected") >= n
     })
     .await;
@@ -583,7 +418,7 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
     // And a good module is still taken afterwards.
     let next = variant("after");
     replace(&path, &next);
-    wait_for(
+    wait::until(
         "the good module after rejections",
         Duration::from_secs(30),
         || manager.serving().digest == sha256_hex(&next),
@@ -629,8 +464,12 @@ async fn a_module_that_keeps_trapping_at_reconcile_time_is_rolled_back() {
     };
     modules::candidate::self_check(&bad, &Golden::builtin()).unwrap();
     let manager = Arc::new(ModuleManager::new(good, reporter.clone()).with_rollback_after(3));
-    let op = Operator::start(&emu, manager.clone(), reporter.clone()).await;
-    create_cluster(&emu, "victim").await;
+    let op = Operator::with(
+        &emu,
+        Setup::new("hot-swap").modules(manager.clone(), reporter.clone()),
+    )
+    .await;
+    create(&emu, cluster("victim", 2, 1, nodeport())).await;
     eventually(&emu, "converged", |e| converged(e, "victim")).await;
 
     // ... but traps on a live cluster.
@@ -639,7 +478,7 @@ async fn a_module_that_keeps_trapping_at_reconcile_time_is_rolled_back() {
         digest: "bad".into(),
         source: "test:bad".into(),
     });
-    wait_for("rollback", Duration::from_secs(30), || {
+    wait::until("rollback", Duration::from_secs(30), || {
         manager.serving().digest == good_digest
     })
     .await;
@@ -652,7 +491,7 @@ async fn a_module_that_keeps_trapping_at_reconcile_time_is_rolled_back() {
             "shardgate_reconcile_errors_total{reason=\"ModuleFailed\"}",
         )
     };
-    wait_for("the third failure counted", Duration::from_secs(10), || {
+    wait::until("the third failure counted", Duration::from_secs(10), || {
         module_failures() >= 3
     })
     .await;
@@ -666,12 +505,12 @@ async fn a_module_that_keeps_trapping_at_reconcile_time_is_rolled_back() {
     // The restored module reconciles the cluster again; the rollback was
     // recorded.
     let done = metrics.reconciles.get();
-    op.resync.send(()).ok();
+    op.resync_sender().send(()).ok();
     eventually(&emu, "reconciled after the rollback", |e| {
         metrics.reconciles.get() > done && converged(e, "victim")
     })
     .await;
-    wait_for("a ModuleRolledBack Event", Duration::from_secs(10), || {
+    wait::until("a ModuleRolledBack Event", Duration::from_secs(10), || {
         !events(&emu, "ModuleRolledBack").is_empty()
     })
     .await;
@@ -705,7 +544,11 @@ async fn a_configmap_source_is_watched_through_the_api() {
         "hot-swap",
         operator_modules::event_reference(&source, NS, "shardgate-hot-swap"),
     );
-    let op = Operator::start(&emu, manager.clone(), reporter.clone()).await;
+    let op = Operator::with(
+        &emu,
+        Setup::new("hot-swap").modules(manager.clone(), reporter.clone()),
+    )
+    .await;
     let watch = operator_modules::follow(
         manager.clone(),
         Checker::new(ENGINE.clone()),
@@ -713,7 +556,7 @@ async fn a_configmap_source_is_watched_through_the_api() {
         Some(client.clone()),
         None,
     );
-    create_cluster(&emu, "cm").await;
+    create(&emu, cluster("cm", 2, 1, nodeport())).await;
     eventually(&emu, "converged", |e| converged(e, "cm")).await;
 
     let api: Api<ConfigMap> = Api::namespaced(client, NS);
@@ -737,7 +580,7 @@ async fn a_configmap_source_is_watched_through_the_api() {
     api.create(&PostParams::default(), &config_map(&first))
         .await
         .unwrap();
-    wait_for(
+    wait::until(
         "the ConfigMap's module serves",
         Duration::from_secs(30),
         || manager.serving().digest == sha256_hex(&first),
@@ -759,7 +602,7 @@ async fn a_configmap_source_is_watched_through_the_api() {
     api.replace("shardgate-module", &PostParams::default(), &cm)
         .await
         .unwrap();
-    wait_for("the updated module serves", Duration::from_secs(30), || {
+    wait::until("the updated module serves", Duration::from_secs(30), || {
         manager.serving().digest == sha256_hex(&second)
     })
     .await;
@@ -778,7 +621,7 @@ async fn a_configmap_source_is_watched_through_the_api() {
     let message = rejection(&manager, &metrics, 1).await;
     assert!(message.contains("not a valid wasm component"), "{message}");
     assert_eq!(manager.serving().digest, sha256_hex(&second));
-    wait_for("a ModuleRejected Event", Duration::from_secs(10), || {
+    wait::until("a ModuleRejected Event", Duration::from_secs(10), || {
         !events(&emu, "ModuleRejected").is_empty()
     })
     .await;
@@ -787,7 +630,7 @@ async fn a_configmap_source_is_watched_through_the_api() {
     assert_eq!(ev["regarding"]["name"], "shardgate-module", "{ev:#}");
 
     // The cluster kept converging through both swaps.
-    op.resync.send(()).ok();
+    op.resync_sender().send(()).ok();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(converged(&emu, "cm"));
     assert_eq!(op.errors(), 0);

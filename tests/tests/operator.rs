@@ -2,244 +2,21 @@
 //! server-side apply, prune, status, leader election) against the API
 //! emulator. Writes are counted by the emulator.
 
-use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube_emulator::{CustomResource, Emulator, Fault, Verb};
-use serde_json::{Value, json};
-use shardgate_operator::{self as operator, LeaseOptions, Metrics, Options};
-use shardgate_wasm::Reconciler;
-use shardgate_wasm::{Engine, Limits, Module};
-use tokio::sync::{broadcast, oneshot};
-
-static RUNTIME: LazyLock<Engine> = LazyLock::new(|| Engine::new(Limits::default()).unwrap());
-static MODULE: LazyLock<Module> = LazyLock::new(|| RUNTIME.load_embedded().unwrap());
-
-const NS: &str = "default";
-
-struct Operator {
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    metrics: Arc<Metrics>,
-    resync: broadcast::Sender<()>,
-}
-
-impl Operator {
-    async fn start(emu: &Emulator, identity: &str, lease: Option<LeaseOptions>) -> Operator {
-        let client = emu.client().await.unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let (resync, _) = broadcast::channel(16);
-        let metrics = Arc::new(Metrics::default());
-        let options = Options {
-            kubeconfig: None,
-            context: None,
-            namespace: None,
-            listen: None,
-            lease,
-            identity: identity.into(),
-            reconcile_all: Some(resync.clone()),
-            // The emulator's pods are not real processes.
-            manage_valkey: false,
-            // Every trigger reconciles: the tests count reconciles.
-            debounce: Duration::ZERO,
-        };
-        let module: Arc<dyn Reconciler> = Arc::new(MODULE.clone());
-        let task = tokio::spawn(operator::run(
-            options,
-            client,
-            module,
-            metrics.clone(),
-            async {
-                let _ = stopped.await;
-            },
-        ));
-        Operator {
-            stop: Some(stop),
-            task,
-            metrics,
-            resync,
-        }
-    }
-
-    /// Re-reconciles every cluster `n` times: each round starts once the
-    /// previous one has started a reconcile.
-    async fn resync(&self, n: usize) {
-        for _ in 0..n {
-            let before = self.reconciles();
-            self.resync.send(()).ok();
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            while self.reconciles() == before && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        }
-    }
-
-    fn writes(&self) -> u64 {
-        let text = self.metrics.encode();
-        text.lines()
-            .filter(|l| l.starts_with("shardgate_api_writes_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
-    }
-
-    fn reconciles(&self) -> u64 {
-        self.metrics.reconciles.get()
-    }
-
-    async fn stop(mut self) {
-        self.stop.take().unwrap().send(()).ok();
-        tokio::time::timeout(Duration::from_secs(20), self.task)
-            .await
-            .expect("operator stops on shutdown")
-            .unwrap()
-            .unwrap();
-    }
-}
-
-async fn emulator() -> Emulator {
-    Emulator::builder()
-        .custom_resource(
-            CustomResource::from_crd_yaml(include_str!(
-                "../../deploy/crds/valkeyclusters.valkey.io.yaml"
-            ))
-            .unwrap(),
-        )
-        .statefulset_controller(true)
-        .bookmark_interval(Duration::from_millis(500))
-        .start()
-        .await
-        .unwrap()
-}
-
-fn cluster(name: &str, shards: i32, replicas: i32, external: Value) -> Value {
-    json!({
-        "apiVersion": "valkey.io/v1alpha1",
-        "kind": "ValkeyCluster",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"shards": shards, "replicas": replicas, "externalAccess": external},
-    })
-}
-
-fn nodeport() -> Value {
-    json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip",
-           "externalTrafficPolicy": "Cluster", "hostnamePrefix": "shard"})
-}
-
-async fn create(emu: &Emulator, obj: Value) {
-    let client = emu.client().await.unwrap();
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        client,
-        NS,
-        &kube::api::ApiResource::erase::<shardgate_k8s::crd::ValkeyCluster>(&()),
-    );
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(obj).unwrap(),
-    )
-    .await
-    .unwrap();
-}
-
-async fn patch_spec(emu: &Emulator, name: &str, spec: Value) {
-    let client = emu.client().await.unwrap();
-    let api: Api<shardgate_k8s::crd::ValkeyCluster> = Api::namespaced(client, NS);
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": spec})),
-    )
-    .await
-    .unwrap();
-}
-
-/// Waits for `check` to hold, acting as the kubelet meanwhile: every pod
-/// gets an IP, the host IP 127.0.0.1 and Ready.
-async fn eventually(emu: &Emulator, what: &str, check: impl Fn(&Emulator) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        for pod in emu.list("pods", Some(NS)) {
-            let name = pod["metadata"]["name"].as_str().unwrap().to_string();
-            if pod["status"]["podIP"].is_null() {
-                let n = emu.list("pods", Some(NS)).len();
-                let _ = emu.set_pod_status(
-                    NS,
-                    &name,
-                    &format!("10.1.0.{}", n % 250 + 1),
-                    "127.0.0.1",
-                    true,
-                );
-            }
-        }
-        if check(emu) {
-            return;
-        }
-        if Instant::now() > deadline {
-            let clusters = emu.list("valkeyclusters", Some(NS));
-            let statuses: Vec<_> = clusters.iter().map(|c| &c["status"]).collect();
-            panic!(
-                "timed out waiting for: {what}\nstatus: {statuses:#?}\nwrites: {:?}",
-                emu.write_counts()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn shard_services(emu: &Emulator) -> Vec<Value> {
-    let mut v: Vec<_> = emu
-        .list("services", Some(NS))
-        .into_iter()
-        .filter(|s| s["metadata"]["name"].as_str().unwrap().contains("-shard-"))
-        .collect();
-    v.sort_by_key(|s| s["metadata"]["name"].as_str().unwrap().to_string());
-    v
-}
-
-fn node_ports(svc: &Value) -> Vec<i64> {
-    svc["spec"]["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["nodePort"].as_i64().unwrap_or(0))
-        .collect()
-}
-
-fn status(emu: &Emulator, name: &str) -> Value {
-    emu.get("valkeyclusters", NS, name)
-        .map(|c| c["status"].clone())
-        .unwrap_or(Value::Null)
-}
-
-fn condition(emu: &Emulator, name: &str, type_: &str) -> Option<(String, String)> {
-    status(emu, name)["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap().into(),
-                c["reason"].as_str().unwrap().into(),
-            )
-        })
-}
-
-/// Ready, not progressing, and the status speaks of the current spec.
-fn converged(emu: &Emulator, name: &str) -> bool {
-    let Some(obj) = emu.get("valkeyclusters", NS, name) else {
-        return false;
-    };
-    if obj["status"]["observedGeneration"] != obj["metadata"]["generation"] {
-        return false;
-    }
-    condition(emu, name, "Ready").is_some_and(|(s, _)| s == "True")
-        && condition(emu, name, "Progressing").is_some_and(|(s, _)| s == "False")
-}
+use kube::api::{Api, Patch, PatchParams};
+use kube_emulator::{Emulator, Fault, Verb};
+use serde_json::json;
+use shardgate_operator::LeaseOptions;
+use shardgate_tests::harness::{
+    NS, Operator, Setup, cluster, condition, converged, create, emulator, eventually, node_ports,
+    nodeport, patch_spec, shard_services, status,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn converges_then_writes_nothing_and_follows_spec_changes() {
     let emu = emulator().await;
-    let op = Operator::start(&emu, "solo", None).await;
+    let op = Operator::start(&emu, "solo").await;
     create(&emu, cluster("demo", 3, 1, nodeport())).await;
     eventually(&emu, "3x1 converged", |e| converged(e, "demo")).await;
 
@@ -434,7 +211,7 @@ async fn never_deletes_what_it_does_not_own_and_applies_nothing_on_invalid_spec(
         "spec": {"ports": [{"name": "vk-n0", "port": 6379}]}}),
     )
     .unwrap();
-    let op = Operator::start(&emu, "solo", None).await;
+    let op = Operator::start(&emu, "solo").await;
     create(&emu, cluster("demo", 2, 0, nodeport())).await;
     eventually(&emu, "converged", |e| converged(e, "demo")).await;
     assert!(
@@ -497,7 +274,7 @@ async fn converges_through_conflicts_errors_and_dropped_watches() {
             .resource("statefulsets")
             .times(3),
     );
-    let op = Operator::start(&emu, "solo", None).await;
+    let op = Operator::start(&emu, "solo").await;
     create(&emu, cluster("demo", 3, 1, nodeport())).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     emu.drop_watches();
@@ -526,13 +303,21 @@ async fn only_the_lease_holder_writes() {
         duration_seconds: 3,
         grace_seconds: 1,
     };
-    let a = Operator::start(&emu, "replica-a", Some(lease("shardgate-leader"))).await;
+    let a = Operator::with(
+        &emu,
+        Setup::new("replica-a").lease(lease("shardgate-leader")),
+    )
+    .await;
     eventually(&emu, "a leads", |e| {
         e.get("leases", NS, "shardgate-leader")
             .is_some_and(|l| l["spec"]["holderIdentity"] == "replica-a")
     })
     .await;
-    let b = Operator::start(&emu, "replica-b", Some(lease("shardgate-leader"))).await;
+    let b = Operator::with(
+        &emu,
+        Setup::new("replica-b").lease(lease("shardgate-leader")),
+    )
+    .await;
     create(&emu, cluster("demo", 2, 0, nodeport())).await;
     eventually(&emu, "converged", |e| converged(e, "demo")).await;
     assert!(a.writes() > 0);
@@ -552,7 +337,7 @@ async fn only_the_lease_holder_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_balancer_endpoints_wait_for_ingress() {
     let emu = emulator().await;
-    let op = Operator::start(&emu, "solo", None).await;
+    let op = Operator::start(&emu, "solo").await;
     let lb = json!({"enabled": true, "serviceType": "LoadBalancer", "preferredEndpointType": "ip",
                     "externalTrafficPolicy": "Cluster", "hostnamePrefix": "shard"});
     create(&emu, cluster("edge", 2, 1, lb)).await;
@@ -604,7 +389,7 @@ async fn a_stray_pod_with_the_clusters_labels_is_ignored() {
     .unwrap();
     emu.set_pod_status(NS, "impostor", "10.9.9.9", "203.0.113.66", true)
         .unwrap();
-    let op = Operator::start(&emu, "solo", None).await;
+    let op = Operator::start(&emu, "solo").await;
     create(&emu, cluster("solo", 1, 0, nodeport())).await;
     eventually(&emu, "converged", |e| converged(e, "solo")).await;
     let eps = status(&emu, "solo")["externalEndpoints"].clone();
@@ -622,7 +407,7 @@ async fn a_stray_pod_with_the_clusters_labels_is_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repairs_fields_someone_else_changed_or_removed() {
     let emu = emulator().await;
-    let op = Operator::start(&emu, "solo", None).await;
+    let op = Operator::start(&emu, "solo").await;
     create(&emu, cluster("demo", 2, 0, nodeport())).await;
     eventually(&emu, "converged", |e| converged(e, "demo")).await;
     let conf_before = emu.get("configmaps", NS, "valkey-demo-0-0").unwrap()["data"].clone();

@@ -11,26 +11,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
-use kube_emulator::{CustomResource, Emulator};
+use kube::api::{Api, DeleteParams};
+use kube_emulator::Emulator;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
-use shardgate_operator::{self as operator, Metrics, Options};
 use shardgate_sandbox::kubelet::{Kubelet, KubeletOptions};
 use shardgate_sandbox::proxy::{Proxy, ProxyOptions};
 use shardgate_sandbox::server_binary;
-use shardgate_wasm::Reconciler;
-use shardgate_wasm::{Engine, Limits, Module};
-use tokio::sync::oneshot;
+use shardgate_tests::harness::{NS, Operator, cluster, create, emulator};
+use shardgate_tests::wait;
 
-static RUNTIME: LazyLock<Engine> = LazyLock::new(|| Engine::new(Limits::default()).unwrap());
-static MODULE: LazyLock<Module> = LazyLock::new(|| RUNTIME.load_embedded().unwrap());
-
-const NS: &str = "default";
 const CLUSTER: &str = "parts";
 const SHARDS: usize = 2;
 const POD_NETWORK: Ipv4Addr = Ipv4Addr::new(127, 0, 3, 0);
@@ -38,91 +32,6 @@ const LB_NETWORK: Ipv4Addr = Ipv4Addr::new(127, 0, 4, 0);
 const NODE_IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
 const PORT: u16 = 6379;
 const WAIT: Duration = Duration::from_secs(30);
-
-// ---------------------------------------------------------------- operator
-
-/// The real operator against the emulator, stopped by [`Operator::stop`].
-struct Operator {
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-impl Operator {
-    async fn start(emu: &Emulator) -> Operator {
-        let client = emu.client().await.unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let options = Options {
-            kubeconfig: None,
-            context: None,
-            namespace: None,
-            listen: None,
-            lease: None,
-            identity: "sandbox-parts".into(),
-            reconcile_all: None,
-            // These tests check the kubelet and proxy, not cluster formation.
-            manage_valkey: false,
-            // Every trigger reconciles: the tests count reconciles.
-            debounce: Duration::ZERO,
-        };
-        let module: Arc<dyn Reconciler> = Arc::new(MODULE.clone());
-        let task = tokio::spawn(operator::run(
-            options,
-            client,
-            module,
-            Arc::new(Metrics::default()),
-            async {
-                let _ = stopped.await;
-            },
-        ));
-        Operator { stop, task }
-    }
-
-    async fn stop(self) {
-        self.stop.send(()).ok();
-        tokio::time::timeout(Duration::from_secs(20), self.task)
-            .await
-            .expect("operator stops on shutdown")
-            .unwrap()
-            .unwrap();
-    }
-}
-
-async fn emulator() -> Emulator {
-    Emulator::builder()
-        .custom_resource(
-            CustomResource::from_crd_yaml(include_str!(
-                "../../deploy/crds/valkeyclusters.valkey.io.yaml"
-            ))
-            .unwrap(),
-        )
-        .statefulset_controller(true)
-        .bookmark_interval(Duration::from_millis(500))
-        .start()
-        .await
-        .unwrap()
-}
-
-async fn create_cluster(emu: &Emulator) {
-    let obj = json!({
-        "apiVersion": "valkey.io/v1alpha1",
-        "kind": "ValkeyCluster",
-        "metadata": {"name": CLUSTER, "namespace": NS},
-        "spec": {"shards": SHARDS, "replicas": 0, "externalAccess": {
-            "enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip",
-        }},
-    });
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        emu.client().await.unwrap(),
-        NS,
-        &kube::api::ApiResource::erase::<shardgate_k8s::crd::ValkeyCluster>(&()),
-    );
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(obj).unwrap(),
-    )
-    .await
-    .unwrap();
-}
 
 // ---------------------------------------------------------------- helpers
 
@@ -154,15 +63,8 @@ impl Drop for WorkDir {
 }
 
 /// Polls `check` until it returns `Some`, failing after [`WAIT`].
-async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(start.elapsed() < WAIT, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn eventually<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
+    wait::until(what, WAIT, check).await
 }
 
 async fn connect(addr: SocketAddr) -> redis::RedisResult<MultiplexedConnection> {
@@ -182,11 +84,11 @@ async fn ping(addr: SocketAddr) -> redis::RedisResult<String> {
 
 /// Waits until `addr` answers PING.
 async fn wait_ping(addr: SocketAddr) {
-    let start = Instant::now();
-    while ping(addr).await.ok().as_deref() != Some("PONG") {
-        assert!(start.elapsed() < WAIT, "{addr} does not answer PING");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("{addr} to answer PING");
+    wait::until_async(&what, WAIT, || async move {
+        ping(addr).await.ok().as_deref() == Some("PONG")
+    })
+    .await;
 }
 
 /// Who answers at `addr`: `(process_id, CLUSTER MYID)`.
@@ -296,8 +198,9 @@ fn pid_alive(pid: u32) -> bool {
 async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
     let binary = server_binary::find(None).unwrap_or_else(|e| panic!("{e:#}"));
     let emu = Arc::new(emulator().await);
-    let op = Operator::start(&emu).await;
-    create_cluster(&emu).await;
+    let op = Operator::start(&emu, "sandbox-parts").await;
+    let spec = json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"});
+    create(&emu, cluster(CLUSTER, SHARDS as i32, 0, spec)).await;
     let work = WorkDir::new();
     let kubelet = Kubelet::start(
         emu.clone(),

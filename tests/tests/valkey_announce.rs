@@ -22,6 +22,7 @@ use shardgate_contract::model::{
     Cluster, ExternalAccess, Input, IpAddress, Observed, ObservedPod, ObservedPort, ObservedService,
 };
 use shardgate_tests::valkey::{KEYS, read_keys, write_keys};
+use shardgate_tests::wait;
 use shardgate_valkey::NodeClient;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -165,19 +166,12 @@ async fn plain(addr: SocketAddr) -> redis::RedisResult<MultiplexedConnection> {
 
 /// Waits until `addr` answers `PING`.
 async fn wait_up(addr: SocketAddr) -> MultiplexedConnection {
-    let start = Instant::now();
-    loop {
-        if let Ok(mut c) = plain(addr).await
-            && redis::cmd("PING")
-                .query_async::<String>(&mut c)
-                .await
-                .is_ok()
-        {
-            return c;
-        }
-        assert!(start.elapsed() < WAIT, "{addr} did not come up");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until_async(&format!("{addr} to come up"), WAIT, || async move {
+        let mut c = plain(addr).await.ok()?;
+        let pong = redis::cmd("PING").query_async::<String>(&mut c).await;
+        pong.is_ok().then_some(c)
+    })
+    .await
 }
 
 async fn info_field(c: &mut MultiplexedConnection, section: &str, field: &str) -> String {
@@ -264,17 +258,16 @@ async fn form_cluster() -> (Cluster3, Vec<MultiplexedConnection>) {
             .await
             .unwrap();
     }
-    let start = Instant::now();
-    for c in conns.iter_mut() {
-        loop {
-            if cluster_info(c, "cluster_state").await == "ok"
-                && cluster_info(c, "cluster_known_nodes").await == SHARDS.to_string()
-            {
-                break;
+    for c in &conns {
+        wait::until_async("the cluster to form", WAIT, || {
+            // A multiplexed connection's clones share it.
+            let mut c = c.clone();
+            async move {
+                cluster_info(&mut c, "cluster_state").await == "ok"
+                    && cluster_info(&mut c, "cluster_known_nodes").await == SHARDS.to_string()
             }
-            assert!(start.elapsed() < WAIT, "the cluster did not form");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await;
     }
     (cluster, conns)
 }
@@ -423,22 +416,16 @@ async fn cluster_slots(via: SocketAddr) -> Vec<(i64, i64, String, u16)> {
 /// `expected` (host, port) for each shard, in slot order; gossip carries
 /// other nodes' changes within about half a second.
 async fn wait_slots(via: &[SocketAddr], expected: &[(String, u16)]) {
-    let start = Instant::now();
     for &v in via {
-        loop {
+        let what = format!("CLUSTER SLOTS via {v} to show {expected:?}");
+        wait::until_async(&what, WAIT, || async move {
             let mut got = cluster_slots(v).await;
             got.sort();
-            let endpoints: Vec<(String, u16)> =
-                got.iter().map(|(_, _, h, p)| (h.clone(), *p)).collect();
-            if endpoints == expected {
-                break;
-            }
-            assert!(
-                start.elapsed() < WAIT,
-                "CLUSTER SLOTS via {v} shows {got:?}, expected {expected:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            got.iter()
+                .map(|(_, _, h, p)| (h.clone(), *p))
+                .eq(expected.iter().cloned())
+        })
+        .await;
     }
 }
 

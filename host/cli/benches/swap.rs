@@ -46,6 +46,8 @@ use std::time::{Duration, Instant};
 
 use shardgate_contract::model::{Desired, Input};
 use shardgate_operator::{Metrics, ModuleReporter};
+use shardgate_tests::harness::metric_sum;
+use shardgate_tests::wait;
 use shardgate_wasm::swap::candidate::self_check;
 use shardgate_wasm::swap::{
     Candidate, CheckTimings, Checker, Golden, ModuleManager, ModuleSource, Serving, source,
@@ -158,29 +160,12 @@ fn empty_dir(dir: &Path) {
     }
 }
 
-async fn wait_until(what: &str, timeout: Duration, check: impl Fn() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
 /// Waits until the serving module runs Cranelift's code.
 async fn optimised_code_serving(manager: &ModuleManager) {
-    wait_until("optimised code serving", SWAP_TIMEOUT, || {
+    wait::until("optimised code serving", SWAP_TIMEOUT, || {
         manager.serving().module.tier() == Some(Tier::Optimized)
     })
     .await;
-}
-
-fn metric_sum(metrics: &Metrics, prefix: &str) -> u64 {
-    metrics
-        .encode()
-        .lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
 }
 
 fn swaps(metrics: &Metrics, result: &str) -> u64 {
@@ -400,7 +385,7 @@ async fn end_to_end(
     }
 
     let load = Load::start(manager.clone(), cases.clone());
-    wait_until(
+    wait::until(
         "reconciles before the first swap",
         Duration::from_secs(30),
         || load.calls() >= RECONCILES_BETWEEN_SWAPS,
@@ -457,7 +442,7 @@ async fn end_to_end(
         });
         // Reconciles run through the new module before the next swap.
         let calls = load.calls();
-        wait_until("reconciles after a swap", Duration::from_secs(30), || {
+        wait::until("reconciles after a swap", Duration::from_secs(30), || {
             load.calls() >= calls + RECONCILES_BETWEEN_SWAPS
         })
         .await;

@@ -856,18 +856,8 @@ mod tests {
         Ok(buf.to_vec())
     }
 
-    async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-        let start = std::time::Instant::now();
-        loop {
-            if let Some(v) = check() {
-                return v;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "timed out: {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    async fn eventually<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
+        shardgate_tests::wait::until(what, Duration::from_secs(10), check).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,13 @@
+//! Conversion between Kubernetes objects and the reconcile contract: the
+//! only place that knows both shapes. [`input`] goes into the guest,
+//! [`objects`] and [`workload`] come out of it.
+
+pub mod input;
+pub mod objects;
+pub mod workload;
+
+pub use input::{
+    Labelled, PodView, ServiceView, cluster, input, observed_pod, observed_service, parse_ip,
+};
+pub use objects::{BUS_PORT_NAME, CONFIG_KEY, NodeObjects, Objects, objects, typed_json};
+pub use workload::SERVER_CONTAINER;
