@@ -227,3 +227,187 @@ pub fn parse_ip(s: &str) -> Option<m::IpAddress> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn service(
+        labels: serde_json::Value,
+        ports: serde_json::Value,
+        ingress: serde_json::Value,
+    ) -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"name": "s", "labels": labels},
+            "spec": {"ports": ports},
+            "status": {"loadBalancer": {"ingress": ingress}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_spec_crosses_with_its_enums_and_quantities() {
+        let vc: ValkeyCluster = serde_json::from_value(json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"shards": 2, "replicas": 1, "image": "i",
+                "resources": {"requests": {"memory": "1Gi", "cpu": "500m"}},
+                "tls": {"secretName": "t"},
+                "externalAccess": {"enabled": true, "serviceType": "LoadBalancer",
+                    "externalTrafficPolicy": "Local", "preferredEndpointType": "hostname",
+                    "domain": "d.example", "serviceAnnotations": {"b": "2", "a": "1"}}},
+        }))
+        .unwrap();
+        let c = cluster(&vc);
+        assert_eq!(
+            (c.name.as_str(), c.namespace.as_str(), c.shards, c.replicas),
+            ("c", "ns", 2, 1)
+        );
+        assert_eq!(c.image.as_deref(), Some("i"));
+        assert_eq!(c.tls.as_deref(), Some("t"));
+        let r = c.resources.unwrap();
+        assert_eq!(
+            r.requests,
+            [
+                ("cpu".to_string(), "500m".to_string()),
+                ("memory".into(), "1Gi".into())
+            ]
+        );
+        assert!(r.limits.is_empty());
+        let ea = c.external_access.unwrap();
+        assert_eq!(ea.service_type, m::ServiceType::LoadBalancer);
+        assert_eq!(ea.external_traffic_policy, m::TrafficPolicy::Local);
+        assert_eq!(ea.preferred_endpoint_type, m::EndpointType::Hostname);
+        assert_eq!(ea.hostname_prefix, names::DEFAULT_HOSTNAME_PREFIX);
+        assert_eq!(
+            ea.service_annotations,
+            [("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
+    }
+
+    #[test]
+    fn shard_services_are_read_by_label_and_port_name() {
+        let shard = |s: &str| json!({labels::CLUSTER: "c", labels::SHARD: s});
+        let cases = [
+            (
+                "ports by name, others ignored; NodePort 0 when none",
+                service(
+                    shard("1"),
+                    json!([{"name": "vk-n1", "port": 6380, "nodePort": 30001},
+                           {"name": "vk-n0", "port": 6379},
+                           {"name": "metrics", "port": 9121, "nodePort": 30009}]),
+                    json!([]),
+                ),
+                Some((1, vec![(1, 30001), (0, 0)], 0)),
+            ),
+            (
+                "ingress IPs and hostnames; empty ones dropped",
+                service(
+                    shard("0"),
+                    json!([]),
+                    json!([{"ip": "192.0.2.7"}, {"hostname": "lb.example"}, {"hostname": ""}, {"ip": "junk"}]),
+                ),
+                Some((0, vec![], 2)),
+            ),
+            (
+                "another cluster's",
+                service(
+                    json!({labels::CLUSTER: "d", labels::SHARD: "0"}),
+                    json!([]),
+                    json!([]),
+                ),
+                None,
+            ),
+            (
+                "a node's headless Service",
+                service(
+                    json!({labels::CLUSTER: "c", labels::SHARD: "0", labels::NODE: "0"}),
+                    json!([]),
+                    json!([]),
+                ),
+                None,
+            ),
+            (
+                "no shard index",
+                service(
+                    json!({labels::CLUSTER: "c", labels::SHARD: "x"}),
+                    json!([]),
+                    json!([]),
+                ),
+                None,
+            ),
+        ];
+        for (case, svc, want) in cases {
+            let got = observed_service("c", &svc).map(|o| {
+                let ports: Vec<(u32, u32)> =
+                    o.ports.iter().map(|p| (p.node, p.node_port)).collect();
+                (o.shard, ports, o.ingress.len())
+            });
+            assert_eq!(got, want, "{case}");
+        }
+    }
+
+    #[test]
+    fn pods_are_read_by_their_indices() {
+        let pod = |labels: serde_json::Value, host: Option<&str>, ready: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "labels": labels},
+                "status": {"hostIP": host, "conditions": [{"type": "Ready", "status": ready}]},
+            }))
+            .unwrap()
+        };
+        let ours =
+            |s: &str, n: &str| json!({labels::CLUSTER: "c", labels::SHARD: s, labels::NODE: n});
+        for (case, p, want) in [
+            (
+                "ready with a host",
+                pod(ours("2", "1"), Some("10.0.0.1"), "True"),
+                Some((2, 1, true, true)),
+            ),
+            (
+                "not ready, unscheduled",
+                pod(ours("0", "0"), None, "False"),
+                Some((0, 0, false, false)),
+            ),
+            (
+                "no node index",
+                pod(
+                    json!({labels::CLUSTER: "c", labels::SHARD: "0"}),
+                    None,
+                    "True",
+                ),
+                None,
+            ),
+            (
+                "another cluster's",
+                pod(
+                    json!({labels::CLUSTER: "x", labels::SHARD: "0", labels::NODE: "0"}),
+                    None,
+                    "True",
+                ),
+                None,
+            ),
+        ] {
+            let got =
+                observed_pod("c", &p).map(|o| (o.shard, o.node, o.ready, o.host_ip.is_some()));
+            assert_eq!(got, want, "{case}");
+        }
+    }
+
+    #[test]
+    fn addresses_cross_as_integers() {
+        for (text, want) in [
+            ("192.0.2.1", Some(m::IpAddress::V4(0xc000_0201))),
+            ("::1", Some(m::IpAddress::V6((0, 1)))),
+            (
+                "2001:db8::",
+                Some(m::IpAddress::V6((0x2001_0db8_0000_0000, 0))),
+            ),
+            ("", None),
+            ("host.example", None),
+        ] {
+            assert_eq!(parse_ip(text), want, "{text}");
+        }
+    }
+}

@@ -202,7 +202,13 @@ fn node_objects(owned: &Owned, n: &m::Node, w: &m::Workload) -> NodeObjects {
             }),
             status: None,
         },
-        stateful_set: workload::stateful_set(owned.meta(&n.name, labels.clone()), labels, selector, n, w),
+        stateful_set: workload::stateful_set(
+            owned.meta(&n.name, labels.clone()),
+            labels,
+            selector,
+            n,
+            w,
+        ),
     }
 }
 
@@ -226,4 +232,161 @@ fn owner_reference(vc: &ValkeyCluster) -> Option<OwnerReference> {
         controller: Some(true),
         block_owner_deletion: Some(true),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cluster(uid: Option<&str>) -> ValkeyCluster {
+        let mut vc: ValkeyCluster = serde_json::from_value(json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+            "metadata": {"name": "c", "namespace": "ns"}, "spec": {},
+        }))
+        .unwrap();
+        vc.metadata.uid = uid.map(String::from);
+        vc
+    }
+
+    fn desired(annotations: &[(&str, &str)], tls: bool) -> Desired {
+        let node = |shard, node| m::Node {
+            shard,
+            node,
+            name: names::node_object("c", shard, node),
+            node_name: names::node_name("c", shard, node),
+            port_name: names::port_name(node),
+            config: format!("# node {shard}/{node}\n"),
+            announce: Vec::new(),
+        };
+        Desired {
+            labels: vec![(labels::CLUSTER.into(), "c".into())],
+            service_annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            services: vec![m::ShardService {
+                shard: 1,
+                name: names::shard_service("c", 1),
+                service_type: m::ServiceType::LoadBalancer,
+                external_traffic_policy: m::TrafficPolicy::Local,
+                ports: vec![
+                    m::ServicePort {
+                        node: 0,
+                        name: "vk-n0".into(),
+                        port: 6379,
+                        node_port: 0,
+                    },
+                    m::ServicePort {
+                        node: 1,
+                        name: "vk-n1".into(),
+                        port: 6380,
+                        node_port: 31001,
+                    },
+                ],
+            }],
+            workload: m::Workload {
+                image: "valkey/valkey:9.0".into(),
+                command: vec!["valkey-server".into()],
+                resources: None,
+                tls_secret: tls.then(|| "tls".into()),
+            },
+            nodes: vec![node(1, 0), node(1, 1)],
+            ..Desired::default()
+        }
+    }
+
+    #[test]
+    fn a_shard_service_selects_its_shard_with_a_port_per_node() {
+        for (annotations, want_annotations) in
+            [(vec![], json!(null)), (vec![("a", "1")], json!({"a": "1"}))]
+        {
+            let o = objects(&cluster(Some("u")), &desired(&annotations, false));
+            let svc = typed_json(&o.shard_services[0]);
+            assert_eq!(svc["kind"], "Service");
+            assert_eq!(svc["metadata"]["name"], "valkey-c-shard-1");
+            assert_eq!(svc["metadata"]["annotations"], want_annotations);
+            assert_eq!(svc["metadata"]["labels"][labels::SHARD], "1");
+            assert_eq!(svc["metadata"]["ownerReferences"][0]["uid"], "u");
+            assert_eq!(svc["metadata"]["ownerReferences"][0]["controller"], true);
+            assert_eq!(svc["spec"]["type"], "LoadBalancer");
+            assert_eq!(svc["spec"]["externalTrafficPolicy"], "Local");
+            assert_eq!(
+                svc["spec"]["selector"],
+                json!({labels::CLUSTER: "c", labels::SHARD: "1"})
+            );
+            assert_eq!(
+                svc["spec"]["ports"],
+                json!([
+                    {"name": "vk-n0", "port": 6379, "targetPort": "vk-n0", "protocol": "TCP"},
+                    {"name": "vk-n1", "port": 6380, "targetPort": "vk-n1", "protocol": "TCP", "nodePort": 31001},
+                ])
+            );
+        }
+    }
+
+    #[test]
+    fn each_node_gets_its_config_map_headless_service_and_stateful_set() {
+        for (uid, tls) in [(Some("u"), false), (None, true)] {
+            let o = objects(&cluster(uid), &desired(&[], tls));
+            assert_eq!(o.nodes.len(), 2);
+            let n = &o.nodes[1];
+            let json = o.to_json();
+            let kinds: Vec<_> = json.iter().map(|j| j["kind"].as_str().unwrap()).collect();
+            assert_eq!(
+                kinds,
+                [
+                    "Service",
+                    "ConfigMap",
+                    "Service",
+                    "StatefulSet",
+                    "ConfigMap",
+                    "Service",
+                    "StatefulSet"
+                ]
+            );
+            assert_eq!(
+                n.config_map.data.as_ref().unwrap()[CONFIG_KEY],
+                "# node 1/1\n"
+            );
+            let hs = typed_json(&n.headless_service);
+            assert_eq!(hs["spec"]["clusterIP"], "None");
+            assert_eq!(hs["spec"]["selector"][labels::NODE], "1");
+            assert_eq!(hs["spec"]["ports"][0]["name"], "vk-n1");
+            assert_eq!(hs["spec"]["ports"][1]["name"], BUS_PORT_NAME);
+            let sts = typed_json(&n.stateful_set);
+            assert_eq!(sts["metadata"]["name"], "valkey-c-1-1");
+            assert_eq!(
+                sts["metadata"]["ownerReferences"].is_null(),
+                uid.is_none(),
+                "owned once the cluster has a UID"
+            );
+            assert_eq!(sts["spec"]["updateStrategy"]["type"], "OnDelete");
+            assert_eq!(
+                sts["spec"]["template"]["metadata"]["labels"][labels::NODE],
+                "1"
+            );
+            let pod = &sts["spec"]["template"]["spec"];
+            let volumes: Vec<_> = pod["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v["name"].as_str().unwrap())
+                .collect();
+            let want: &[&str] = if tls {
+                &["config", "data", "tls"]
+            } else {
+                &["config", "data"]
+            };
+            assert_eq!(volumes, want);
+            assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+            let server = &pod["containers"][0];
+            assert_eq!(server["ports"][0]["name"], "vk-n1");
+            assert_eq!(server["securityContext"]["readOnlyRootFilesystem"], true);
+            assert_eq!(
+                server["env"][0]["valueFrom"]["fieldRef"]["apiVersion"],
+                "v1"
+            );
+        }
+    }
 }
