@@ -6,13 +6,12 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use kube::Resource;
-use serde::Deserialize;
 
 use crate::crd::ValkeyCluster;
 
 /// Parses a ValkeyCluster manifest (YAML or JSON). Errors name the field.
 pub fn parse_cluster(text: &str) -> anyhow::Result<ValkeyCluster> {
-    let value: serde_json::Value = serde_yaml::from_str(text).context("not valid YAML")?;
+    let value: serde_json::Value = serde_saphyr::from_str(text).context("not valid YAML")?;
     cluster_from_value(value)
 }
 
@@ -38,15 +37,13 @@ pub fn from_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> a
     })
 }
 
-/// Every document of a multi-document YAML (or JSON) text, in order (an
-/// empty document is `Null`); a document that does not parse is an `Err`
-/// naming why, and the others are still read.
+/// Every non-empty document of a multi-document YAML (or JSON) text, in
+/// order. Text that is not valid YAML is one `Err` naming where and why.
 pub fn documents(text: &str) -> Vec<anyhow::Result<serde_json::Value>> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| {
-            serde_json::Value::deserialize(doc).map_err(|e| anyhow::anyhow!("not valid YAML: {e}"))
-        })
-        .collect()
+    match serde_saphyr::from_multiple::<serde_json::Value>(text) {
+        Ok(docs) => docs.into_iter().map(Ok).collect(),
+        Err(e) => vec![Err(anyhow::anyhow!("not valid YAML: {e}"))],
+    }
 }
 
 /// Reads a file, naming it in the error.

@@ -75,7 +75,7 @@ impl Command {
 }
 
 fn print_crd() -> anyhow::Result<ExitCode> {
-    print!("{}", serde_yaml::to_string(&ValkeyCluster::crd())?);
+    print!("{}", serde_saphyr::to_string(&ValkeyCluster::crd())?);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -72,7 +72,7 @@ impl RenderArgs {
                 }
                 let text = match self.output {
                     Format::Json => serde_json::to_string_pretty(&rendered.list)? + "\n",
-                    Format::Yaml => serde_yaml::to_string(&rendered.list)?,
+                    Format::Yaml => serde_saphyr::to_string(&rendered.list)?,
                 };
                 print!("{text}");
                 Ok(ExitCode::SUCCESS)

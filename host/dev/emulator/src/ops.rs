@@ -134,7 +134,7 @@ fn parse_object(body: &[u8], yaml: bool) -> ApiResult<Value> {
         match serde_json::from_slice(body) {
             Ok(v) => v,
             Err(_) => {
-                serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(e.to_string()))?
+                serde_saphyr::from_slice(body).map_err(|e| ApiError::bad_request(e.to_string()))?
             }
         }
     } else {

@@ -37,7 +37,7 @@ impl CustomResource {
     /// Parses the first served version of a `CustomResourceDefinition`
     /// manifest (YAML or JSON).
     pub fn from_crd_yaml(text: &str) -> anyhow::Result<Self> {
-        let crd: serde_json::Value = serde_yaml::from_str(text)?;
+        let crd: serde_json::Value = serde_saphyr::from_str(text)?;
         let spec = &crd["spec"];
         let s = |v: &serde_json::Value, what: &str| -> anyhow::Result<String> {
             v.as_str()
