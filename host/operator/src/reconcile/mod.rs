@@ -6,7 +6,8 @@
 //! 2. [`guest`]: the reconcile module's desired state, or a refusal that
 //!    applies and deletes nothing;
 //! 3. [`apply`]: every desired object not already in place;
-//! 4. [`valkey`]: announce settings live, then the topology plan's steps;
+//! 4. [`reshape`]: the Valkey nodes announce live, then the topology plan's
+//!    steps run;
 //! 5. [`prune`]: what the cluster owns and no longer wants;
 //! 6. [`status`]: computed in one pure function, written when it differs.
 
@@ -16,8 +17,8 @@ mod events;
 mod guest;
 mod observe;
 mod prune;
+mod reshape;
 mod status;
-mod valkey;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,7 +87,7 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     events::warnings(ctx, vc, &desired).await;
     let objects = convert::objects(vc, &desired);
     let applied = apply::run(ctx, vc, &objects).await?;
-    let reshaped = valkey::run(ctx, vc, &snapshot, nodes.as_mut(), &desired).await?;
+    let reshaped = reshape::run(ctx, vc, &snapshot, nodes.as_mut(), &desired).await?;
     let deleted = prune::run(ctx, vc, &snapshot, &objects, reshaped.announce_spreading).await?;
     let progress = Progress {
         changed: applied + deleted,
@@ -109,7 +110,7 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
 
 /// When to look at the cluster again: soon while Valkey is reshaping, later
 /// while something else is pending, else at the resync.
-fn next_look(outcome: &Outcome<'_>, reshaped: valkey::Reshaped, pending: bool) -> Duration {
+fn next_look(outcome: &Outcome<'_>, reshaped: reshape::Reshaped, pending: bool) -> Duration {
     let forming = match outcome {
         Outcome::Reconciled { progress, .. } => {
             progress.formation.as_ref().is_some_and(|f| !f.formed)
@@ -145,7 +146,7 @@ mod tests {
                 ..Progress::default()
             },
         };
-        let reshaped = |steps, announce_spreading| valkey::Reshaped {
+        let reshaped = |steps, announce_spreading| reshape::Reshaped {
             steps,
             announce_spreading,
         };

@@ -1,6 +1,6 @@
-//! Stage 4, Valkey: the nodes announce what the guest computed (`CONFIG
-//! SET`, no restart), then every step of the guest's topology plan runs in
-//! order, `Restart` (a Pod deleted, recreated from the current template)
+//! Stage 4, reshape: the running Valkey nodes announce what the guest
+//! computed (`CONFIG SET`, no restart), then every step of its topology plan
+//! runs in order, `Restart` (a Pod deleted, recreated from the current template)
 //! included. It runs before the prune, so external endpoints stop being
 //! announced before their Services go, and departing shards are drained
 //! first (the guest keeps their objects in `desired` until then).
@@ -18,7 +18,7 @@ use tracing::info;
 use super::{Error, events};
 use crate::context::Context;
 
-/// What the Valkey stage did and found.
+/// What the reshape stage did and found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reshaped {
     /// Steps of the plan run.
