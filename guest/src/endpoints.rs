@@ -92,10 +92,12 @@ impl<'a> Index<'a> {
         }
     }
 
+    /// `shard`'s observed Service, if it exists.
     pub fn service(&self, shard: u32) -> Option<&'a ObservedService> {
         self.services.get(shard as usize).copied().flatten()
     }
 
+    /// The observed Pod of node `node` of shard `shard`, if it exists.
     pub fn pod(&self, shard: u32, node: u32) -> Option<&'a ObservedPod> {
         self.pods
             .get((shard * self.nodes + node) as usize)

@@ -10,6 +10,7 @@ pub const SHARD: &str = "valkey.io/shard-index";
 pub const NODE: &str = "valkey.io/node-index";
 /// `app.kubernetes.io/managed-by`, and the value shardgate gives it.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// The value of [`MANAGED_BY`] on objects shardgate manages.
 pub const MANAGER: &str = "shardgate";
 /// Selects every object shardgate manages.
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=shardgate";

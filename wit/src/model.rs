@@ -14,6 +14,7 @@ use wasmtime::component::{ComponentType, Lift, Lower};
 /// `(key, value)`.
 pub type Pair = (String, String);
 
+/// `spec.externalAccess.serviceType`: how shard Services are exposed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -30,6 +31,7 @@ pub enum ServiceType {
     LoadBalancer,
 }
 
+/// `spec.externalAccess.externalTrafficPolicy` of the shard Services.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -46,6 +48,8 @@ pub enum TrafficPolicy {
     Local,
 }
 
+/// `spec.externalAccess.preferredEndpointType`: whether nodes announce an IP
+/// or a hostname.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -62,6 +66,8 @@ pub enum EndpointType {
     Hostname,
 }
 
+/// An IP address. IPv4 is the address as a big-endian u32; IPv6 is the high
+/// and low 64 bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -76,6 +82,7 @@ pub enum IpAddress {
     V6((u64, u64)),
 }
 
+/// `spec.resources`: quantities as written by the user, e.g. `("cpu", "500m")`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -88,6 +95,7 @@ pub struct Resources {
     pub limits: Vec<Pair>,
 }
 
+/// `spec.externalAccess`: how nodes are reached from outside Kubernetes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -125,6 +133,7 @@ impl Default for ExternalAccess {
     }
 }
 
+/// A ValkeyCluster: `metadata.name`, `metadata.namespace` and `spec`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -144,6 +153,7 @@ pub struct Cluster {
     pub external_access: Option<ExternalAccess>,
 }
 
+/// One load-balancer ingress point of a shard Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -158,6 +168,7 @@ pub enum Ingress {
     Hostname(String),
 }
 
+/// A port of an existing shard Service, identified by node index.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -171,6 +182,7 @@ pub struct ObservedPort {
     pub node_port: u32,
 }
 
+/// A shard Service as it exists in the cluster.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -184,6 +196,7 @@ pub struct ObservedService {
     pub ingress: Vec<Ingress>,
 }
 
+/// A node's Pod as it exists in the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -200,6 +213,7 @@ pub struct ObservedPod {
     pub outdated: bool,
 }
 
+/// What exists now; only objects this cluster owns are included.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -213,6 +227,7 @@ pub struct Observed {
     pub valkey: Option<Vec<ValkeyNode>>,
 }
 
+/// An inclusive range of hash slots.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -225,6 +240,7 @@ pub struct SlotRange {
     pub end: u32,
 }
 
+/// A node, by shard and node index.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -237,6 +253,7 @@ pub struct NodeRef {
     pub node: u32,
 }
 
+/// Another node as one Valkey node sees it (a line of `CLUSTER NODES`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -249,6 +266,7 @@ pub struct Peer {
     pub failed: bool,
 }
 
+/// What one Valkey node reports about itself, read by the host at its pod IP.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -269,6 +287,8 @@ pub struct ValkeyNode {
     pub cluster_ok: bool,
 }
 
+/// Everything `reconcile` computes from: the cluster, what is observed, and
+/// the names of the other clusters in the namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -283,6 +303,7 @@ pub struct Input {
     pub other_clusters: Vec<String>,
 }
 
+/// Whether a violation rejects the spec (`Error`) or only warns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -298,6 +319,8 @@ pub enum Severity {
     Warning,
 }
 
+/// A problem with the input, naming the field it concerns, e.g.
+/// `spec.externalAccess.domain`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -321,6 +344,7 @@ impl std::fmt::Display for Violation {
     }
 }
 
+/// Why `reconcile` produced nothing: every violation of severity `Error`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -346,6 +370,7 @@ impl std::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// One port of a shard Service, for node `node` of the shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -361,6 +386,7 @@ pub struct ServicePort {
     pub node_port: u32,
 }
 
+/// A per-shard Service, exposing every node of the shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -378,6 +404,7 @@ pub struct ShardService {
     pub ports: Vec<ServicePort>,
 }
 
+/// The pod template shared by every node of the cluster.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -393,6 +420,8 @@ pub struct Workload {
     pub tls_secret: Option<String>,
 }
 
+/// One node: `<cluster>-<shard>-<node>`. The host derives from it a
+/// StatefulSet, a ConfigMap and a headless Service, all named `name`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -412,6 +441,7 @@ pub struct Node {
     pub announce: Vec<Pair>,
 }
 
+/// One node's external endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -426,6 +456,7 @@ pub struct NodeEndpoint {
     pub ready: bool,
 }
 
+/// One entry of `status.externalEndpoints`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -440,6 +471,7 @@ pub struct ShardEndpoint {
     pub nodes: Vec<NodeEndpoint>,
 }
 
+/// A status condition's `status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -458,6 +490,7 @@ pub enum ConditionStatus {
 }
 
 impl ConditionStatus {
+    /// The value as Kubernetes writes it: `True`, `False` or `Unknown`.
     pub fn as_str(self) -> &'static str {
         match self {
             ConditionStatus::True => "True",
@@ -467,6 +500,7 @@ impl ConditionStatus {
     }
 }
 
+/// One entry of `status.conditions`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -482,6 +516,7 @@ pub struct Condition {
     pub message: String,
 }
 
+/// The ValkeyCluster's `status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -495,6 +530,8 @@ pub struct Status {
     pub conditions: Vec<Condition>,
 }
 
+/// Everything shardgate applies for one cluster: Services, nodes, status and
+/// the topology plan.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -514,6 +551,7 @@ pub struct Desired {
     pub topology: Topology,
 }
 
+/// `CLUSTER MEET <peer's pod IP> 6379 16379`, sent to `node`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -526,6 +564,7 @@ pub struct Meet {
     pub peer: NodeRef,
 }
 
+/// `CLUSTER ADDSLOTSRANGE`, sent to `node`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -538,6 +577,7 @@ pub struct AddSlots {
     pub slots: Vec<SlotRange>,
 }
 
+/// `CLUSTER REPLICATE <primary's ID>`, sent to `node`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -550,6 +590,8 @@ pub struct Replicate {
     pub primary: NodeRef,
 }
 
+/// `CLUSTER MIGRATESLOTS SLOTSRANGE ... NODE <target's ID>` (Valkey 9's
+/// atomic slot migration), sent to `source`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -563,6 +605,8 @@ pub struct Migrate {
     pub slots: Vec<SlotRange>,
 }
 
+/// One step of bringing the Valkey cluster to the spec. The host runs a
+/// plan's steps in order and stops at the first failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -587,6 +631,7 @@ pub enum Step {
     Restart(NodeRef),
 }
 
+/// The Valkey cluster's formation and upkeep.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(

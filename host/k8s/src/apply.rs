@@ -61,6 +61,7 @@ struct Entries {
 }
 
 impl Recent {
+    /// The longest an entry lives when the cache never shows its hash.
     pub const TTL: Duration = Duration::from_secs(10);
     /// At most this many accepted digests are kept. An object deleted by
     /// someone else (or with its cluster) leaves its entry behind; past the

@@ -61,6 +61,7 @@ fn default_shards() -> i32 {
     3
 }
 
+/// `spec.tls`: the Secret holding the server's certificate.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsSpec {

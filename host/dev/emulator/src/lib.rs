@@ -218,6 +218,7 @@ pub struct Emulator {
 }
 
 impl Emulator {
+    /// A builder with the defaults, to configure and start an emulator.
     pub fn builder() -> EmulatorBuilder {
         EmulatorBuilder::default()
     }

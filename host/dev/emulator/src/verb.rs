@@ -19,6 +19,7 @@ pub enum Verb {
 }
 
 impl Verb {
+    /// The verb as the API server names it, e.g. `get`.
     pub fn as_str(self) -> &'static str {
         match self {
             Verb::Get => "get",
@@ -32,6 +33,7 @@ impl Verb {
         }
     }
 
+    /// Whether the verb changes stored objects (anything but get, list and watch).
     pub fn is_write(self) -> bool {
         matches!(
             self,

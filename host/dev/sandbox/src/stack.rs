@@ -45,6 +45,9 @@ pub struct Options {
 }
 
 impl Options {
+    /// Runs `valkey_server` with state under `work_dir`, on the default
+    /// loopback addresses: pods on 127.0.1.x, the node on 127.0.0.1 and
+    /// LoadBalancers on 127.0.2.x.
     pub fn new(valkey_server: PathBuf, work_dir: PathBuf) -> Self {
         Options {
             valkey_server,
@@ -78,6 +81,8 @@ pub struct Ready {
     pub seconds: f64,
 }
 
+/// A running sandbox: the emulator, kubelet, kube-proxy and operator, and
+/// the one ValkeyCluster they serve.
 pub struct Sandbox {
     emu: Arc<Emulator>,
     client: kube::Client,
@@ -191,26 +196,32 @@ impl Sandbox {
         })
     }
 
+    /// The emulated API server.
     pub fn emulator(&self) -> &Emulator {
         &self.emu
     }
 
+    /// The process kubelet that runs the pods.
     pub fn kubelet(&self) -> &Kubelet {
         self.kubelet.as_ref().expect("running")
     }
 
+    /// The forwarding kube-proxy that serves the external endpoints.
     pub fn proxy(&self) -> &Proxy {
         self.proxy.as_ref().expect("running")
     }
 
+    /// The ValkeyCluster's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The ValkeyCluster's namespace.
     pub fn namespace(&self) -> &str {
         &self.namespace
     }
 
+    /// ValkeyClusters in the sandbox's namespace.
     pub fn api(&self) -> Api<ValkeyCluster> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }

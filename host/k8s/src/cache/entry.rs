@@ -36,7 +36,9 @@ pub const LABEL_REVISION: &str = "controller-revision-hash";
 
 /// A cached object as reconciles and [`crate::apply`] read it.
 pub trait Entry: Labelled + Send + Sync + 'static {
+    /// The object's name.
     fn name(&self) -> &str;
+    /// The object's namespace.
     fn namespace(&self) -> &str;
     /// The object's UID (a cached Pod has none: it is never read).
     fn uid(&self) -> Option<&str>;

@@ -90,6 +90,7 @@ pub fn input<'a, S: ServiceView + 'a, P: PodView + 'a>(
 /// An object's labels, however it is held: a `k8s-openapi` object's label
 /// map, or the few labels the operator's cache keeps (`operator::cached`).
 pub trait Labelled {
+    /// The value of label `key`, if the object has it.
     fn label(&self, key: &str) -> Option<&str>;
 }
 
@@ -117,6 +118,7 @@ fn belongs_to(o: &impl Labelled, cluster: &str) -> bool {
 pub trait ServiceView: Labelled {
     /// Each port's name and NodePort.
     fn ports(&self) -> impl Iterator<Item = (Option<&str>, Option<i32>)>;
+    /// `status.loadBalancer.ingress`; empty if none.
     fn ingress(&self) -> &[LoadBalancerIngress];
 }
 
@@ -179,7 +181,9 @@ pub fn observed_service(cluster: &str, svc: &impl ServiceView) -> Option<m::Obse
 /// What the snapshot reads of a Pod: its labels, IPs and readiness. The
 /// operator's cache keeps only these (`operator::cached`).
 pub trait PodView: Labelled {
+    /// `status.hostIP`, once scheduled.
     fn host_ip(&self) -> Option<&str>;
+    /// `status.podIP`, once assigned.
     fn pod_ip(&self) -> Option<&str>;
     /// Its `Ready` condition is `True`.
     fn ready(&self) -> bool;
