@@ -70,11 +70,13 @@ impl Setup {
         }
     }
 
+    /// Elects a leader with `lease` before running the controller.
     pub fn lease(mut self, lease: LeaseOptions) -> Self {
         self.lease = Some(lease);
         self
     }
 
+    /// Serves the module `modules` serves, reporting to `reporter`.
     pub fn modules(mut self, modules: Arc<ModuleManager>, reporter: Arc<ModuleReporter>) -> Self {
         self.modules = Some((modules, reporter));
         self
@@ -165,6 +167,7 @@ impl Operator {
         metric_sum(&self.metrics, "shardgate_api_writes_total{")
     }
 
+    /// Reconciles the operator has run so far.
     pub fn reconciles(&self) -> u64 {
         self.metrics.reconciles.get()
     }

@@ -7,6 +7,7 @@ use proptest::option;
 use proptest::prelude::*;
 use shardgate_contract::model::*;
 
+/// Cluster names: mostly valid DNS labels, sometimes invalid ones.
 pub fn name() -> impl Strategy<Value = String> {
     prop_oneof![
         9 => "[a-z][a-z0-9]{0,6}(-[a-z0-9]{1,6}){0,2}",
@@ -21,6 +22,8 @@ fn ip() -> impl Strategy<Value = IpAddress> {
     ]
 }
 
+/// `spec.externalAccess`: mostly enabled and valid, with the odd invalid
+/// prefix or domain.
 pub fn external_access() -> impl Strategy<Value = ExternalAccess> {
     (
         prop::bool::weighted(0.85),
@@ -47,6 +50,8 @@ pub fn external_access() -> impl Strategy<Value = ExternalAccess> {
         )
 }
 
+/// Cluster specs: mostly small and valid, sometimes out-of-range shards,
+/// replicas or image.
 pub fn cluster() -> impl Strategy<Value = Cluster> {
     (
         name(),

@@ -87,6 +87,7 @@ pub async fn cluster_slots(c: &mut MultiplexedConnection) -> Vec<(u32, u32, Stri
     out
 }
 
-/// Client timeouts for every test connection.
+/// How long every test connection may take to connect.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long every test connection waits for a reply.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -9,7 +9,9 @@ pub const POLL: Duration = Duration::from_millis(5);
 
 /// What a check returns: `true`, or `Some(value)`, once the condition holds.
 pub trait Done {
+    /// What the check gives once the condition holds.
     type Value;
+    /// `Some` once the condition holds, `None` while it does not.
     fn done(self) -> Option<Self::Value>;
 }
 

@@ -71,7 +71,7 @@ fn drawn() -> BTreeMap<String, BTreeSet<String>> {
             let cells: Vec<&str> = l.split('|').map(str::trim).collect();
             let name = cells[1].trim_matches('`').to_string();
             let deps = cells[4]
-                .split(|c| c == ',' || c == ';')
+                .split([',', ';'])
                 // The first word names the crate; the rest says when.
                 .filter_map(|d| d.split_whitespace().next())
                 .filter(|d| *d != "—")

@@ -8,7 +8,7 @@ pub const CLUSTER: &str = "valkey.io/cluster";
 pub const SHARD: &str = "valkey.io/shard-index";
 /// A node's index within its shard, on every object of the node.
 pub const NODE: &str = "valkey.io/node-index";
-/// `app.kubernetes.io/managed-by`, and the value shardgate gives it.
+/// `app.kubernetes.io/managed-by`: the tool that manages an object.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// The value of [`MANAGED_BY`] on objects shardgate manages.
 pub const MANAGER: &str = "shardgate";

@@ -106,6 +106,8 @@ fn default_hostname_prefix() -> String {
     shardgate_contract::names::DEFAULT_HOSTNAME_PREFIX.to_string()
 }
 
+/// How the shard Services are exposed: a NodePort on every Kubernetes node,
+/// or a cloud load balancer per shard.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum ServiceType {
     #[default]
@@ -113,6 +115,8 @@ pub enum ServiceType {
     LoadBalancer,
 }
 
+/// The shard Services' `externalTrafficPolicy`. `Local` keeps the client's
+/// source IP but drops traffic that reaches a node without the pod.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum TrafficPolicy {
     #[default]
@@ -120,6 +124,7 @@ pub enum TrafficPolicy {
     Local,
 }
 
+/// What clients are told to connect to: the node's IP, or its hostname.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum EndpointType {
@@ -128,6 +133,8 @@ pub enum EndpointType {
     Hostname,
 }
 
+/// What the operator last saw and did: every node's external endpoint, and
+/// the conditions (`Ready`, `Progressing`, `Degraded`, `ExternalAccessReady`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyClusterStatus {
@@ -142,6 +149,7 @@ pub struct ValkeyClusterStatus {
     pub observed_generation: Option<i64>,
 }
 
+/// One shard's external endpoints.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ShardEndpointStatus {
@@ -154,6 +162,7 @@ pub struct ShardEndpointStatus {
     pub nodes: Vec<NodeEndpointStatus>,
 }
 
+/// One node's external endpoint.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeEndpointStatus {

@@ -16,6 +16,8 @@ use shardgate_wasm::{CallError, Reconciler};
 
 use crate::metrics::Metrics;
 
+/// What every reconcile shares: the client, the caches, the reconcile
+/// module, metrics, the event recorder and per-cluster failure counts.
 pub struct Context {
     pub client: kube::Client,
     /// The clusters, in kube's reflector store.
@@ -37,6 +39,8 @@ pub struct Context {
 }
 
 impl Context {
+    /// A context whose events are reported as controller `shardgate`, instance
+    /// `instance`.
     pub fn new(
         client: kube::Client,
         clusters: Store<ValkeyCluster>,
@@ -105,6 +109,7 @@ impl Context {
         Duration::from_millis(200u64.saturating_mul(1 << (*n - 1))).min(Duration::from_secs(300))
     }
 
+    /// Resets `obj`'s backoff after a successful reconcile.
     pub fn succeeded(&self, obj: &ObjectRef<ValkeyCluster>) {
         self.failures.lock().unwrap().remove(obj);
     }

@@ -44,6 +44,7 @@ pub async fn serve(
     Ok(())
 }
 
+/// Listens on `addr`, for [`serve`].
 pub async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     Ok(tokio::net::TcpListener::bind(addr).await?)
 }

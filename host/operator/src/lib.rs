@@ -59,6 +59,7 @@ pub struct Options {
     pub debounce: std::time::Duration,
 }
 
+/// The Lease used for leader election, and its timings.
 #[derive(Clone, Debug)]
 pub struct LeaseOptions {
     pub name: String,

@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// `shardgate_api_writes_total`'s labels: the write's verb and resource.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
     pub verb: &'static str,
@@ -24,16 +25,20 @@ pub struct ModuleLabels {
     pub source: String,
 }
 
+/// `shardgate_module_swaps_total`'s label: `accepted` or `rejected`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SwapLabels {
     pub result: &'static str,
 }
 
+/// `shardgate_reconcile_errors_total`'s label: why the reconcile failed.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub reason: &'static str,
 }
 
+/// The operator's Prometheus metrics, all registered under the `shardgate`
+/// prefix.
 pub struct Metrics {
     registry: Mutex<Registry>,
     pub reconciles: Counter,
@@ -110,12 +115,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one API write of `verb` on `resource`.
     pub fn write(&self, verb: &'static str, resource: &'static str) {
         self.api_writes
             .get_or_create(&WriteLabels { verb, resource })
             .inc();
     }
 
+    /// Counts one failed reconcile, by `reason`.
     pub fn error(&self, reason: &'static str) {
         self.reconcile_errors
             .get_or_create(&ErrorLabels { reason })
@@ -145,6 +152,7 @@ impl Metrics {
             .inc();
     }
 
+    /// Records the time one call into the reconcile module took.
     pub fn observe_guest(&self, d: Duration) {
         self.guest_seconds.observe(d.as_secs_f64());
     }

@@ -66,10 +66,12 @@ pub enum Error {
     },
 }
 
+/// A result whose error is this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The client port and cluster bus port every node listens on.
+/// The client port every node listens on.
 pub const CLIENT_PORT: u16 = 6379;
+/// The cluster bus port every node listens on.
 pub const BUS_PORT: u16 = 16379;
 
 /// What [`NodeClient::facts`] reads.

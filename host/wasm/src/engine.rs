@@ -8,33 +8,16 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy};
 
 use crate::isolation::{Limits, State};
-use crate::module::Module;
+use crate::module::{EPOCH_TICK, Module, Tier};
 
 /// The interface a reconcile module must export.
 pub const RECONCILER_INTERFACE: &str = "shardgate:reconcile/reconciler@0.2.0";
-
-/// How often the epoch advances; deadlines are counted in these ticks.
-pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
-
-/// Which compiler turns a module's wasm into machine code.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Tier {
-    /// Cranelift: the optimising compiler, whose code every reconcile
-    /// should run.
-    #[default]
-    Optimized,
-    /// Winch: a single-pass baseline compiler, many times quicker to compile
-    /// but with slower code; it serves a new module while the optimised
-    /// compile runs.
-    Baseline,
-}
 
 /// The wasmtime engine and its epoch ticker. Dropping it stops the ticker.
 pub struct Engine {
@@ -54,6 +37,7 @@ impl Engine {
         Self::with_tier(limits, Tier::Optimized)
     }
 
+    /// An engine that compiles with `tier`, on the pooling allocator.
     pub fn with_tier(limits: Limits, tier: Tier) -> anyhow::Result<Self> {
         Self::with_options(limits, tier, true)
     }
@@ -107,14 +91,17 @@ impl Engine {
         })
     }
 
+    /// The underlying wasmtime engine.
     pub fn wasmtime(&self) -> &wasmtime::Engine {
         &self.engine
     }
 
+    /// The compiler this engine uses.
     pub fn tier(&self) -> Tier {
         self.tier
     }
 
+    /// What each guest call on this engine may use.
     pub fn limits(&self) -> Limits {
         self.limits
     }

@@ -36,6 +36,7 @@ pub struct State {
 }
 
 impl State {
+    /// A deny-all WASI context whose memory is capped at `limits.memory_bytes`.
     pub fn new(limits: &Limits) -> Self {
         State {
             wasi: deny_all(),

@@ -19,9 +19,9 @@ pub mod precompiled;
 pub mod reconciler;
 pub mod swap;
 
-pub use engine::{Engine, RECONCILER_INTERFACE, Tier};
+pub use engine::{Engine, RECONCILER_INTERFACE};
 pub use isolation::Limits;
-pub use module::{CallError, Module};
+pub use module::{CallError, Module, Tier};
 pub use precompiled::{Loaded, Precompiled, sha256_hex};
 #[cfg(any(test, feature = "native"))]
 pub use reconciler::Native;

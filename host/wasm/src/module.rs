@@ -10,8 +10,23 @@ use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Vi
 use wasmtime::component::{ComponentExportIndex, InstancePre};
 use wasmtime::{Store, Trap};
 
-use crate::engine::{EPOCH_TICK, Tier};
 use crate::isolation::{Limits, State};
+
+/// How often the epoch advances; deadlines are counted in these ticks.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Which compiler turns a module's wasm into machine code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tier {
+    /// Cranelift: the optimising compiler, whose code every reconcile
+    /// should run.
+    #[default]
+    Optimized,
+    /// Winch: a single-pass baseline compiler, many times quicker to compile
+    /// but with slower code; it serves a new module while the optimised
+    /// compile runs.
+    Baseline,
+}
 
 /// Why a guest call produced no answer. Nothing may be applied after any of
 /// these.

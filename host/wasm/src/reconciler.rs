@@ -5,8 +5,7 @@
 
 use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 
-use crate::engine::Tier;
-use crate::module::{CallError, Module};
+use crate::module::{CallError, Module, Tier};
 
 /// The reconcile contract as the host calls it.
 pub trait Reconciler: Send + Sync {

@@ -31,6 +31,7 @@ pub use tls::{TlsFiles, TlsListener};
 /// The names of the other ValkeyClusters in a namespace, for the collision
 /// check.
 pub trait ClusterNames: Send + Sync {
+    /// The names of the ValkeyClusters in `namespace`.
     fn names(&self, namespace: &str) -> Vec<String>;
 }
 

@@ -125,6 +125,7 @@ impl TlsListener {
         Ok(TlsListener { local, ready })
     }
 
+    /// The address it listens on, with the actual port if bound to port 0.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.local)
     }

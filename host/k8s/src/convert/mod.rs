@@ -9,5 +9,5 @@ pub mod workload;
 pub use input::{
     Labelled, PodView, ServiceView, cluster, input, observed_pod, observed_service, parse_ip,
 };
-pub use objects::{BUS_PORT_NAME, CONFIG_KEY, NodeObjects, Objects, objects, typed_json};
-pub use workload::SERVER_CONTAINER;
+pub use objects::{CONFIG_KEY, NodeObjects, Objects, objects, typed_json};
+pub use workload::{BUS_PORT_NAME, SERVER_CONTAINER};

@@ -14,13 +14,11 @@ use kube::{Resource, ResourceExt};
 use shardgate_contract::model::{self as m, Desired};
 use shardgate_contract::{labels, names};
 
-use super::workload;
+use super::workload::{self, BUS_PORT_NAME};
 use crate::crd::ValkeyCluster;
 
 /// The ConfigMap key holding `valkey.conf`.
 pub const CONFIG_KEY: &str = "valkey.conf";
-/// The server container's cluster bus port name.
-pub const BUS_PORT_NAME: &str = "cluster-bus";
 
 /// Everything to apply for one cluster, in apply order.
 #[derive(Clone, Debug, Default, PartialEq)]

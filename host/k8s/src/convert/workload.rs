@@ -17,10 +17,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use shardgate_contract::model::{self as m, Pair};
 use shardgate_contract::{names, paths};
 
-use super::objects::BUS_PORT_NAME;
-
 /// The server container's name.
 pub const SERVER_CONTAINER: &str = "server";
+/// The server container's cluster bus port name.
+pub const BUS_PORT_NAME: &str = "cluster-bus";
 /// The uid and gid of the `valkey` user in the official image.
 const VALKEY_UID: i64 = 999;
 

@@ -3,6 +3,7 @@
 
 use shardgate_wasm::CallError;
 
+/// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("kubernetes API: {0}")]

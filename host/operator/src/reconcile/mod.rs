@@ -46,6 +46,8 @@ pub const CACHE_RECHECK: Duration = Duration::from_millis(200);
 /// shape (gossip, syncs and migrations take seconds).
 pub const TOPOLOGY_RECHECK: Duration = Duration::from_secs(1);
 
+/// Reconciles one cluster through every stage and says when to look at it
+/// again; until the caches are listed it only requeues.
 #[tracing::instrument(skip_all, fields(cluster = %vc.name_any(), namespace = vc.namespace().unwrap_or_default()))]
 pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     if !ctx.caches.synced() {

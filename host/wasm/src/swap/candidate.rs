@@ -65,6 +65,7 @@ pub struct CheckTimings {
 }
 
 impl CheckTimings {
+    /// The whole check's time: digest, compile and self-check.
     pub fn total(&self) -> Duration {
         self.digest + self.compile + self.self_check
     }

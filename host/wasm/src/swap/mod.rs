@@ -163,6 +163,8 @@ pub struct Checker {
 }
 
 impl Checker {
+    /// A checker that compiles with `engine` and self-checks on the built-in
+    /// golden inputs, with no baseline engine and no precompiled modules.
     pub fn new(engine: Arc<Engine>) -> Self {
         Checker {
             engine,
