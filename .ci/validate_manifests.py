@@ -28,7 +28,7 @@ Files
   F4  Versions agree: the workspace version in Cargo.toml = the chart's appVersion
       = the image tag and app.kubernetes.io/version of deploy/operator.
 
-The CRD (deploy/crds/valkeyclusters.valkey.io.yaml)
+The CRD (deploy/crds/valkeyclusters.shardgate.io.yaml)
   C1  The whole CRD object validates against Kubernetes' strict JSON Schema for
       apiextensions.k8s.io/v1 CustomResourceDefinition (unknown or misspelled
       fields in JSONSchemaProps fail), for every Kubernetes version in
@@ -99,7 +99,7 @@ The CRD (deploy/crds/valkeyclusters.valkey.io.yaml)
 
 Samples (deploy/samples/*.yaml)
   P1  Each file starts with a comment saying what it shows; each document is a
-      ValkeyCluster of a served version (valkey.io/v1alpha1), has metadata.name
+      ValkeyCluster of a served version (shardgate.io/v1alpha1), has metadata.name
       (DNS-1123 subdomain) and metadata.namespace (DNS-1123 label), and only
       apiVersion/kind/metadata/spec at the top.
   P2  Each is defaulted as the API server does (structural defaulting, nulls of
@@ -143,8 +143,8 @@ Operator manifests, Helm chart, kustomize
       (Chart.yaml's kubeVersion admits the oldest supported Kubernetes).
   R1  RBAC least privilege, on the plain manifests and on every render: the
       operator role grants exactly
-        valkey.io valkeyclusters: get list watch
-        valkey.io valkeyclusters/status: get patch update
+        shardgate.io valkeyclusters: get list watch
+        shardgate.io valkeyclusters/status: get patch update
         "" services, configmaps: get list watch create patch delete
         apps statefulsets: get list watch create patch delete
         "" pods: get list watch delete
@@ -220,7 +220,7 @@ except ImportError as exc:  # pragma: no cover - environment problem
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
-CRD_FILE = DEPLOY / "crds" / "valkeyclusters.valkey.io.yaml"
+CRD_FILE = DEPLOY / "crds" / "valkeyclusters.shardgate.io.yaml"
 CHART = DEPLOY / "helm" / "shardgate"
 SAMPLES = DEPLOY / "samples"
 OPERATOR = DEPLOY / "operator"
@@ -233,8 +233,8 @@ LEASE_NAME = "shardgate-leader"
 K8S_VERSIONS = ("1.30", kv.major_minor(kv.latest_version()))
 
 EXPECTED_OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
-    ("valkey.io", "valkeyclusters"): {"get", "list", "watch"},
-    ("valkey.io", "valkeyclusters/status"): {"get", "patch", "update"},
+    ("shardgate.io", "valkeyclusters"): {"get", "list", "watch"},
+    ("shardgate.io", "valkeyclusters/status"): {"get", "patch", "update"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
@@ -1265,12 +1265,12 @@ def main() -> int:
     report.check("F2 every manifest has apiVersion, kind and metadata.name", check_manifest_shape)
 
     required_files = [
-        "Dockerfile", "README.md", "kustomization.yaml", "crds/valkeyclusters.valkey.io.yaml",
+        "Dockerfile", "README.md", "kustomization.yaml", "crds/valkeyclusters.shardgate.io.yaml",
         "operator/namespace.yaml", "operator/serviceaccount.yaml", "operator/rbac.yaml",
         "operator/deployment.yaml", "operator/service-metrics.yaml", "operator/kustomization.yaml",
         "helm/README.md", "helm/shardgate/Chart.yaml", "helm/shardgate/values.yaml",
         "helm/shardgate/values.schema.json", "helm/shardgate/templates/_helpers.tpl",
-        "helm/shardgate/templates/NOTES.txt", "helm/shardgate/crds/valkeyclusters.valkey.io.yaml",
+        "helm/shardgate/templates/NOTES.txt", "helm/shardgate/crds/valkeyclusters.shardgate.io.yaml",
         "samples/valkeycluster-external.yaml", "samples/valkeycluster-nodeport-ip.yaml",
         "samples/valkeycluster-loadbalancer.yaml",
     ]

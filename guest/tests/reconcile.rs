@@ -91,9 +91,9 @@ fn sample_hostname_cluster_without_observed_state() {
     assert_eq!(
         names,
         [
-            "valkey-demo-shard-0",
-            "valkey-demo-shard-1",
-            "valkey-demo-shard-2"
+            "shardgate-demo-shard-0",
+            "shardgate-demo-shard-1",
+            "shardgate-demo-shard-2"
         ]
     );
     for s in &d.services {
@@ -109,7 +109,7 @@ fn sample_hostname_cluster_without_observed_state() {
     assert_eq!(d.nodes.len(), 6);
     let n = &d.nodes[3];
     assert_eq!((n.shard, n.node), (1, 1));
-    assert_eq!(n.name, "valkey-demo-1-1");
+    assert_eq!(n.name, "shardgate-demo-1-1");
     assert_eq!(n.node_name, "demo-1-1");
     assert_eq!(n.port_name, "vk-n1");
     // No NodePort yet: only the human name is announced, no endpoint.
@@ -473,7 +473,7 @@ fn annotations_policy_and_labels() {
             "app.kubernetes.io/instance",
             "app.kubernetes.io/managed-by",
             "app.kubernetes.io/name",
-            "valkey.io/cluster"
+            "shardgate.io/cluster"
         ]
     );
     assert_eq!(d.workload.image, "valkey/valkey:9.0");

@@ -22,7 +22,7 @@ pub const NS: &str = "default";
 pub const WAIT: Duration = Duration::from_secs(30);
 
 /// The committed CRD, as the emulator serves it.
-pub const CRD: &str = include_str!("../../deploy/crds/valkeyclusters.valkey.io.yaml");
+pub const CRD: &str = include_str!("../../deploy/crds/valkeyclusters.shardgate.io.yaml");
 
 static ENGINE: LazyLock<Engine> = LazyLock::new(|| Engine::new(Limits::default()).unwrap());
 static EMBEDDED: LazyLock<Module> = LazyLock::new(|| ENGINE.load_embedded().unwrap());
@@ -198,10 +198,27 @@ pub fn metric_sum(metrics: &Metrics, prefix: &str) -> u64 {
         .sum()
 }
 
+/// How many module swaps ended with `result` (`accepted`, `rejected`).
+pub fn module_swaps(metrics: &Metrics, result: &str) -> u64 {
+    metric_sum(
+        metrics,
+        &format!("shardgate_module_swaps_total{{result=\"{result}\"}}"),
+    )
+}
+
+/// Whether `conditions` (an object's `status.conditions`) holds a condition
+/// of `type_` with status `True`.
+pub fn condition_true(conditions: &Value, type_: &str) -> bool {
+    conditions.as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == type_ && c["status"] == "True")
+    })
+}
+
 /// A ValkeyCluster in [`NS`].
 pub fn cluster(name: &str, shards: i32, replicas: i32, external: Value) -> Value {
     json!({
-        "apiVersion": "valkey.io/v1alpha1",
+        "apiVersion": "shardgate.io/v1alpha1",
         "kind": "ValkeyCluster",
         "metadata": {"name": name, "namespace": NS},
         "spec": {"shards": shards, "replicas": replicas, "externalAccess": external},

@@ -1,11 +1,16 @@
 //! What shardgate's tests and benches share: the operator against the API
 //! emulator ([`harness`]), waiting with deadlines ([`wait`]), proptest
 //! strategies for the guest's input ([`strategies`]), a model of what
-//! applying a desired state produces ([`apply`]), and the data-path checks
-//! against a real Valkey cluster ([`valkey`]).
+//! applying a desired state produces ([`apply`]), the data-path checks
+//! against a real Valkey cluster ([`valkey`]), the modules the swap tests
+//! load ([`modules`]), scratch directories ([`scratch`]), and the benches'
+//! invocation, timing statistics and machine line ([`bench`]).
 
 pub mod apply;
+pub mod bench;
 pub mod harness;
+pub mod modules;
+pub mod scratch;
 pub mod strategies;
 pub mod valkey;
 pub mod wait;

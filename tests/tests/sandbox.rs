@@ -5,9 +5,8 @@
 use std::time::{Duration, Instant};
 
 use shardgate_contract::model::{Cluster, Input};
+use shardgate_tests::modules::MISBEHAVE;
 use shardgate_wasm::{CallError, Engine, Limits};
-
-const MISBEHAVE: &[u8] = include_bytes!(env!("MISBEHAVE_WASM"));
 
 fn input(name: &str) -> Input {
     Input {

@@ -22,7 +22,9 @@ use serde_json::{Value, json};
 use shardgate_sandbox::kubelet::{Kubelet, KubeletOptions};
 use shardgate_sandbox::proxy::{Proxy, ProxyOptions};
 use shardgate_sandbox::server_binary;
-use shardgate_tests::harness::{NS, Operator, cluster, create, emulator};
+use shardgate_tests::harness::{NS, Operator, cluster, condition_true, create, emulator};
+use shardgate_tests::scratch::ScratchDir;
+use shardgate_tests::valkey::{connect, info_field, wait_for_pong};
 use shardgate_tests::wait;
 
 const CLUSTER: &str = "parts";
@@ -35,46 +37,9 @@ const WAIT: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------- helpers
 
-/// A scratch directory, removed on drop unless the test failed (then its
-/// path is printed: the pods' `server.log`s are in it).
-struct WorkDir(PathBuf);
-
-impl WorkDir {
-    fn new() -> WorkDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        WorkDir(std::env::temp_dir().join(format!(
-            "shardgate-sandbox-parts-{}-{nanos}",
-            std::process::id()
-        )))
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("pod files and logs kept in {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 /// Polls `check` until it returns `Some`, failing after [`WAIT`].
 async fn eventually<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
     wait::until(what, WAIT, check).await
-}
-
-async fn connect(addr: SocketAddr) -> redis::RedisResult<MultiplexedConnection> {
-    let client = redis::Client::open((addr.ip().to_string(), addr.port()))?;
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(Duration::from_secs(5)));
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
 }
 
 async fn ping(addr: SocketAddr) -> redis::RedisResult<String> {
@@ -84,30 +49,25 @@ async fn ping(addr: SocketAddr) -> redis::RedisResult<String> {
 
 /// Waits until `addr` answers PING.
 async fn wait_ping(addr: SocketAddr) {
-    let what = format!("{addr} to answer PING");
-    wait::until_async(&what, WAIT, || async move {
-        ping(addr).await.ok().as_deref() == Some("PONG")
-    })
-    .await;
+    wait_for_pong(addr, WAIT).await;
+}
+
+/// A connection to `addr`, which must take it.
+async fn node(addr: SocketAddr) -> MultiplexedConnection {
+    connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("{addr}: {e}"))
+}
+
+/// The process_id of the server on `c`.
+async fn process_id(c: &mut MultiplexedConnection) -> u32 {
+    info_field(c, "server", "process_id").await.parse().unwrap()
 }
 
 /// Who answers at `addr`: `(process_id, CLUSTER MYID)`.
 async fn identity(addr: SocketAddr) -> (u32, String) {
-    let mut c = connect(addr)
-        .await
-        .unwrap_or_else(|e| panic!("{addr}: {e}"));
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let pid = info
-        .lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .unwrap_or_else(|| panic!("INFO server via {addr} has no process_id"))
-        .trim()
-        .parse()
-        .unwrap();
+    let mut c = node(addr).await;
+    let pid = process_id(&mut c).await;
     let id: String = redis::cmd("CLUSTER")
         .arg("MYID")
         .query_async(&mut c)
@@ -124,9 +84,9 @@ fn pod_addr(ip: Ipv4Addr) -> SocketAddr {
 fn pods_by_shard(emu: &Emulator) -> BTreeMap<usize, Value> {
     emu.list("pods", Some(NS))
         .into_iter()
-        .filter(|p| p["metadata"]["labels"]["valkey.io/cluster"] == CLUSTER)
+        .filter(|p| p["metadata"]["labels"]["shardgate.io/cluster"] == CLUSTER)
         .filter_map(|p| {
-            let shard = p["metadata"]["labels"]["valkey.io/shard-index"]
+            let shard = p["metadata"]["labels"]["shardgate.io/shard"]
                 .as_str()?
                 .parse()
                 .ok()?;
@@ -140,10 +100,7 @@ fn pod_name(pod: &Value) -> String {
 }
 
 fn ready(pod: &Value) -> bool {
-    pod["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-    })
+    condition_true(&pod["status"]["conditions"], "Ready")
 }
 
 /// Each shard's pod name, once every pod runs, is Ready in the emulator
@@ -175,7 +132,7 @@ fn node_ports(emu: &Emulator) -> BTreeMap<usize, u16> {
         .into_iter()
         .filter(|s| s["spec"]["type"] == "NodePort")
         .filter_map(|s| {
-            let shard = s["metadata"]["labels"]["valkey.io/shard-index"]
+            let shard = s["metadata"]["labels"]["shardgate.io/shard"]
                 .as_str()?
                 .parse()
                 .ok()?;
@@ -186,6 +143,27 @@ fn node_ports(emu: &Emulator) -> BTreeMap<usize, u16> {
             Some((shard, u16::try_from(port["nodePort"].as_u64()?).ok()?))
         })
         .collect()
+}
+
+/// The process kubelet running `emu`'s pods in [`NS`] with `valkey_server`,
+/// on `pod_network`, with their files in `work` (it makes the directory).
+fn start_kubelet(
+    emu: &Arc<Emulator>,
+    valkey_server: PathBuf,
+    work: &ScratchDir,
+    pod_network: Ipv4Addr,
+) -> Kubelet {
+    Kubelet::start(
+        emu.clone(),
+        KubeletOptions {
+            valkey_server,
+            work_dir: work.path().into(),
+            pod_network,
+            host_ip: NODE_IP,
+            namespace: NS.into(),
+        },
+    )
+    .unwrap()
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -201,18 +179,9 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
     let op = Operator::start(&emu, "sandbox-parts").await;
     let spec = json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"});
     create(&emu, cluster(CLUSTER, SHARDS as i32, 0, spec)).await;
-    let work = WorkDir::new();
-    let kubelet = Kubelet::start(
-        emu.clone(),
-        KubeletOptions {
-            valkey_server: binary,
-            work_dir: work.0.clone(),
-            pod_network: POD_NETWORK,
-            host_ip: NODE_IP,
-            namespace: NS.into(),
-        },
-    )
-    .unwrap();
+    // Kept if the test fails: the pods' `server.log`s are in it.
+    let work = ScratchDir::unmade("sandbox-parts");
+    let kubelet = start_kubelet(&emu, binary, &work, POD_NETWORK);
     let proxy = Proxy::start(
         emu.clone(),
         ProxyOptions {
@@ -404,19 +373,9 @@ fn bare_pod(name: &str, command: &[&str]) -> Value {
 async fn kubelet_reports_bad_pods_once_and_recovers() {
     let binary = server_binary::find(None).unwrap_or_else(|e| panic!("{e:#}"));
     let emu = Arc::new(Emulator::builder().start().await.unwrap());
-    let work = WorkDir::new();
-    let kubelet = Kubelet::start(
-        emu.clone(),
-        KubeletOptions {
-            valkey_server: binary,
-            work_dir: work.0.clone(),
-            // Its own pod network, so it never meets the other test's pods.
-            pod_network: Ipv4Addr::new(127, 0, 8, 0),
-            host_ip: NODE_IP,
-            namespace: NS.into(),
-        },
-    )
-    .unwrap();
+    let work = ScratchDir::unmade("sandbox-parts");
+    // Its own pod network, so it never meets the other test's pods.
+    let kubelet = start_kubelet(&emu, binary, &work, Ipv4Addr::new(127, 0, 8, 0));
     let count = |needle: &str| {
         kubelet
             .errors()
@@ -489,7 +448,7 @@ async fn kubelet_reports_bad_pods_once_and_recovers() {
     .await;
     let pid = kubelet.pids()["vk"];
     assert_eq!(identity_pid(pod_addr(ip)).await, pid);
-    let data = work.0.join("vk/volumes/data/appendonlydir");
+    let data = work.join("vk/volumes/data/appendonlydir");
     assert!(data.is_dir(), "dir /data was rewritten to the emptyDir");
     assert_eq!(count(crashed), 1, "{:?}", kubelet.errors());
 
@@ -501,18 +460,5 @@ async fn kubelet_reports_bad_pods_once_and_recovers() {
 /// The process_id answering at `addr` (a server outside cluster mode has no
 /// CLUSTER MYID).
 async fn identity_pid(addr: SocketAddr) -> u32 {
-    let mut c = connect(addr)
-        .await
-        .unwrap_or_else(|e| panic!("{addr}: {e}"));
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    process_id(&mut node(addr).await).await
 }

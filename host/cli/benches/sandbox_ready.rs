@@ -28,48 +28,23 @@
 //!   running), never timings.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use serde_json::{Value, json};
+use serde_json::json;
 use shardgate_sandbox::server_binary;
 use shardgate_sandbox::stack::{Options, Sandbox};
+use shardgate_tests::bench::{Invocation, machine, max, median};
+use shardgate_tests::harness::{self, condition_true};
+use shardgate_tests::scratch::ScratchDir;
 
 const NAME: &str = "bench";
-const NAMESPACE: &str = "default";
+const NAMESPACE: &str = harness::NS;
 /// How often the milestone poller looks.
 const POLL: Duration = Duration::from_millis(50);
 /// How long shut-down processes may take to disappear from `/proc`.
 const GONE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "shardgate-bench-sandbox-{name}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// One cluster size.
 #[derive(Clone, Copy)]
@@ -103,13 +78,6 @@ struct Run {
     restarts: u32,
     /// valkey-server processes of the run still running after shutdown.
     left: usize,
-}
-
-fn condition_true(conditions: &Value, type_: &str) -> bool {
-    conditions.as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == type_ && c["status"] == "True")
-    })
 }
 
 /// Notes the milestones reached so far.
@@ -176,15 +144,15 @@ fn our_valkey_servers(work_dir: &Path) -> BTreeSet<u32> {
 /// Starts the sandbox for `size`, waits for ready, shuts it down and checks
 /// nothing is left.
 async fn run_once(server: &Path, size: &Size) -> anyhow::Result<Run> {
-    let work = TempDir::new(&size.label());
+    // Not created: the sandbox makes its work directory itself.
+    let work = ScratchDir::unmade(&format!("bench-sandbox-{}", size.label()));
     let cluster = shardgate_k8s::manifest::parse_cluster(
-        &json!({
-            "apiVersion": "valkey.io/v1alpha1",
-            "kind": "ValkeyCluster",
-            "metadata": {"name": NAME, "namespace": NAMESPACE},
-            "spec": {"shards": size.shards, "replicas": size.replicas, "externalAccess": {
-                "enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}},
-        })
+        &harness::cluster(
+            NAME,
+            size.shards as i32,
+            size.replicas as i32,
+            json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
+        )
         .to_string(),
     )?;
     let started = Instant::now();
@@ -287,36 +255,6 @@ fn secs(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64())
 }
 
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort_unstable();
-    v[v.len() / 2]
-}
-
-fn max(v: &[Duration]) -> Duration {
-    v.iter().copied().max().unwrap_or_default()
-}
-
-fn machine() -> String {
-    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines().find_map(|l| {
-                l.strip_prefix("model name")?
-                    .split_once(':')
-                    .map(|(_, m)| m.trim().to_string())
-            })
-        })
-        .unwrap_or_else(|| "unknown cpu".into());
-    let profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
-    format!("machine: nproc {nproc}, {cpu}; build profile: {profile}")
-}
-
 fn print_table(results: &[(Size, Vec<Run>)]) {
     let header = [
         "size",
@@ -402,13 +340,9 @@ fn print_table(results: &[(Size, Vec<Run>)]) {
 // ---- entry point -----------------------------------------------------------
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    let quick = std::env::var("SHARDGATE_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
-        || has("--quick")
-        // `cargo test --benches` runs this binary without `--bench`.
-        || !has("--bench");
-    if has("--list") {
+    let invocation = Invocation::from_env();
+    let quick = invocation.quick();
+    if invocation.has("--list") {
         return Ok(());
     }
     let small = Size {

@@ -44,6 +44,8 @@ use std::time::{Duration, Instant};
 
 use kube_emulator::{CustomResource, Emulator};
 use serde_json::{Value, json};
+use shardgate_tests::bench::{build_profile, nproc};
+use shardgate_tests::scratch::ScratchDir;
 
 #[path = "scale/floor.rs"]
 mod floor;
@@ -55,7 +57,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const SHARDS: u32 = 10;
 const REPLICAS: u32 = 2;
-const CRD: &str = include_str!("../../../deploy/crds/valkeyclusters.valkey.io.yaml");
+const CRD: &str = include_str!("../../../deploy/crds/valkeyclusters.shardgate.io.yaml");
 
 fn quick() -> bool {
     std::env::var_os("SHARDGATE_BENCH_QUICK").is_some()
@@ -94,7 +96,7 @@ async fn emulator(n: usize) -> Emulator {
     let emu = builder.start().await.expect("the emulator starts");
     for i in 0..n {
         emu.create(json!({
-            "apiVersion": "valkey.io/v1alpha1",
+            "apiVersion": "shardgate.io/v1alpha1",
             "kind": "ValkeyCluster",
             "metadata": {"name": "cache", "namespace": namespace(i)},
             "spec": {
@@ -436,29 +438,24 @@ fn header() {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let dir = std::env::temp_dir().join(format!("shardgate-scale-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let dir = ScratchDir::new("scale");
     let quick = quick();
     println!(
         "P4 scale: {SHARDS} shards x {} nodes per cluster, {} build, {} CPUs{}",
         REPLICAS + 1,
-        if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        },
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        build_profile(),
+        nproc(),
         if quick { ", quick mode" } else { "" }
     );
     header();
     let mut rows = Vec::new();
     let mut floors = Vec::new();
     for n in sizes() {
-        let (r, f) = size(n, &dir).await;
+        let (r, f) = size(n, dir.path()).await;
         rows.extend(r);
         floors.push(f);
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 
     println!();
     println!("summary (goal: first start <= 10 s and <= 150 MiB at 1,000 clusters)");

@@ -39,22 +39,23 @@
 //!   timings.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shardgate_contract::model::{Desired, Input};
 use shardgate_operator::{Metrics, ModuleReporter};
-use shardgate_tests::harness::metric_sum;
+use shardgate_tests::bench::{Invocation, machine, max, median, ms};
+use shardgate_tests::harness::module_swaps as swaps;
+use shardgate_tests::modules::variant;
+use shardgate_tests::scratch::ScratchDir;
 use shardgate_tests::wait;
 use shardgate_wasm::swap::candidate::self_check;
 use shardgate_wasm::swap::{
     Candidate, CheckTimings, Checker, Golden, ModuleManager, ModuleSource, Serving, source,
 };
-use shardgate_wasm::{
-    EMBEDDED_GUEST, Engine, Limits, Loaded, Native, Precompiled, Reconciler, Tier, sha256_hex,
-};
+use shardgate_wasm::{Engine, Limits, Loaded, Native, Precompiled, Reconciler, Tier, sha256_hex};
 use tokio::sync::broadcast::error::RecvError;
 
 /// How often the background loop reconciles (the operator's hot-swap test
@@ -68,32 +69,6 @@ const SWAP_TIMEOUT: Duration = Duration::from_secs(60);
 
 // ---- helpers ---------------------------------------------------------------
 
-/// The embedded guest with a custom section appended: the same logic under
-/// another digest (a component tolerates trailing custom sections).
-fn variant(tag: &str) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let name = b"shardgate-swap-bench";
-    let mut body = Vec::new();
-    leb(name.len(), &mut body);
-    body.extend_from_slice(name);
-    body.extend_from_slice(tag.as_bytes());
-    let mut out = EMBEDDED_GUEST.to_vec();
-    out.push(0);
-    leb(body.len(), &mut out);
-    out.extend_from_slice(&body);
-    out
-}
-
 /// One module variant: its bytes and digest.
 struct Variant {
     bytes: Vec<u8>,
@@ -105,34 +80,6 @@ impl Variant {
         let bytes = variant(tag);
         let digest = sha256_hex(&bytes);
         Variant { bytes, digest }
-    }
-}
-
-/// A directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "shardgate-bench-swap-{name}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -166,13 +113,6 @@ async fn optimised_code_serving(manager: &ModuleManager) {
         manager.serving().module.tier() == Some(Tier::Optimized)
     })
     .await;
-}
-
-fn swaps(metrics: &Metrics, result: &str) -> u64 {
-    metric_sum(
-        metrics,
-        &format!("shardgate_module_swaps_total{{result=\"{result}\"}}"),
-    )
 }
 
 // ---- the reconcile load ----------------------------------------------------
@@ -295,7 +235,7 @@ async fn end_to_end(
     cases: &Arc<Vec<(Input, Desired)>>,
     swaps_wanted: usize,
 ) -> EndToEnd {
-    let dir = TempDir::new(label);
+    let dir = ScratchDir::new(&format!("bench-swap-{label}"));
     let watched = dir.path().join("modules");
     let staging = dir.path().join("staging");
     std::fs::create_dir_all(&watched).unwrap();
@@ -501,8 +441,8 @@ fn bare_stages(
     variants: &[Variant; 2],
     rounds: usize,
 ) -> BTreeMap<Stage, Vec<Duration>> {
-    let hit_dir = TempDir::new("hit");
-    let miss_dir = TempDir::new("miss");
+    let hit_dir = ScratchDir::new("bench-swap-hit");
+    let miss_dir = ScratchDir::new("bench-swap-miss");
     let hit_cache = Precompiled::open(hit_dir.path()).unwrap();
     let miss_cache = Precompiled::open(miss_dir.path()).unwrap();
     for v in variants {
@@ -542,20 +482,6 @@ fn bare_stages(
 }
 
 // ---- the table -------------------------------------------------------------
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort_unstable();
-    v[v.len() / 2]
-}
-
-fn max(v: &[Duration]) -> Duration {
-    v.iter().copied().max().unwrap_or_default()
-}
 
 fn sum(v: &[Duration]) -> Duration {
     v.iter().sum()
@@ -651,36 +577,12 @@ fn breakdown(label: &str, load_stage: &str, run: &EndToEnd) {
     );
 }
 
-fn machine() -> String {
-    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines().find_map(|l| {
-                l.strip_prefix("model name")?
-                    .split_once(':')
-                    .map(|(_, m)| m.trim().to_string())
-            })
-        })
-        .unwrap_or_else(|| "unknown cpu".into());
-    let profile = if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    };
-    format!("machine: nproc {nproc}, {cpu}; build profile: {profile}")
-}
-
 // ---- entry point -----------------------------------------------------------
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    let quick = std::env::var("SHARDGATE_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
-        || has("--quick")
-        // `cargo test --benches` runs this binary without `--bench`.
-        || !has("--bench");
-    if has("--list") {
+    let invocation = Invocation::from_env();
+    let quick = invocation.quick();
+    if invocation.has("--list") {
         return Ok(());
     }
     let (swap_count, rounds) = if quick { (3, 3) } else { (20, 20) };
@@ -724,7 +626,7 @@ fn main() -> anyhow::Result<()> {
             swap_count,
         )
         .await;
-        let cache_dir = TempDir::new("cache");
+        let cache_dir = ScratchDir::new("bench-swap-cache");
         let cache = Precompiled::open(cache_dir.path())?;
         // Each variant compiled once: from here on every load is a hit.
         for v in &variants {

@@ -71,9 +71,9 @@ fn render_sample_prints_services_node_objects_and_status() {
     assert_eq!(
         names,
         [
-            "valkey-demo-shard-0",
-            "valkey-demo-shard-1",
-            "valkey-demo-shard-2"
+            "shardgate-demo-shard-0",
+            "shardgate-demo-shard-1",
+            "shardgate-demo-shard-2"
         ]
     );
     let s0 = shard_services[0];
@@ -87,7 +87,7 @@ fn render_sample_prints_services_node_objects_and_status() {
     );
     assert_eq!(
         s0["spec"]["selector"],
-        json!({"valkey.io/cluster": "demo", "valkey.io/shard-index": "0"})
+        json!({"shardgate.io/cluster": "demo", "shardgate.io/shard": "0"})
     );
     assert_eq!(
         s0["metadata"]["labels"]["app.kubernetes.io/managed-by"],
@@ -99,7 +99,7 @@ fn render_sample_prints_services_node_objects_and_status() {
     let sets = items(&list, "StatefulSet");
     assert_eq!(sets.len(), 6);
     let sts = sets[3];
-    assert_eq!(sts["metadata"]["name"], "valkey-demo-1-1");
+    assert_eq!(sts["metadata"]["name"], "shardgate-demo-1-1");
     assert_eq!(sts["spec"]["updateStrategy"]["type"], "OnDelete");
     assert_eq!(sts["spec"]["replicas"], 1);
     let container = &sts["spec"]["template"]["spec"]["containers"][0];
@@ -113,8 +113,8 @@ fn render_sample_prints_services_node_objects_and_status() {
         ])
     );
     let labels = &sts["spec"]["template"]["metadata"]["labels"];
-    assert_eq!(labels["valkey.io/shard-index"], "1");
-    assert_eq!(labels["valkey.io/node-index"], "1");
+    assert_eq!(labels["shardgate.io/shard"], "1");
+    assert_eq!(labels["shardgate.io/node"], "1");
     let cm = items(&list, "ConfigMap")[3];
     let conf = cm["data"]["valkey.conf"].as_str().unwrap();
     assert!(conf.contains("cluster-enabled yes\n"));
@@ -218,12 +218,12 @@ fn render_with_observed_node_ports_keeps_and_announces_them() {
     ]);
     let shard2 = items(&list, "Service")
         .into_iter()
-        .find(|s| s["metadata"]["name"] == "valkey-demo-shard-2")
+        .find(|s| s["metadata"]["name"] == "shardgate-demo-shard-2")
         .unwrap();
     assert_eq!(shard2["spec"]["ports"][1]["nodePort"], 31021);
     let cm = items(&list, "ConfigMap")
         .into_iter()
-        .find(|c| c["metadata"]["name"] == "valkey-demo-2-1")
+        .find(|c| c["metadata"]["name"] == "shardgate-demo-2-1")
         .unwrap();
     let conf = cm["data"]["valkey.conf"].as_str().unwrap();
     assert!(
@@ -275,7 +275,7 @@ fn assert_refused(manifest: &str, expect_in_stderr: &str) {
 
 #[test]
 fn invalid_input_prints_nothing_and_names_the_field() {
-    let head = "apiVersion: valkey.io/v1alpha1\nkind: ValkeyCluster\nmetadata: {name: demo, namespace: default}\n";
+    let head = "apiVersion: shardgate.io/v1alpha1\nkind: ValkeyCluster\nmetadata: {name: demo, namespace: default}\n";
     assert_refused(
         &format!(
             "{head}spec: {{shards: 3, externalAccess: {{enabled: true, domain: 'Not_A_Domain'}}}}\n"
@@ -296,7 +296,7 @@ fn invalid_input_prints_nothing_and_names_the_field() {
     );
     assert_refused(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
-        "expected valkey.io/v1alpha1/ValkeyCluster",
+        "expected shardgate.io/v1alpha1/ValkeyCluster",
     );
     assert_refused("{not yaml", "not valid YAML");
 }
@@ -306,10 +306,11 @@ fn committed_crd_is_current() {
     let out = shardgate(&["crd"]);
     assert!(out.status.success());
     let committed =
-        std::fs::read_to_string(repo().join("deploy/crds/valkeyclusters.valkey.io.yaml")).unwrap();
+        std::fs::read_to_string(repo().join("deploy/crds/valkeyclusters.shardgate.io.yaml"))
+            .unwrap();
     assert!(
         committed == String::from_utf8(out.stdout).unwrap(),
-        "deploy/crds/valkeyclusters.valkey.io.yaml is stale: run `cargo run -p shardgate -- crd > deploy/crds/valkeyclusters.valkey.io.yaml`"
+        "deploy/crds/valkeyclusters.shardgate.io.yaml is stale: run `cargo run -p shardgate -- crd > deploy/crds/valkeyclusters.shardgate.io.yaml`"
     );
 }
 

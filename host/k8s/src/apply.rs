@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
@@ -30,6 +31,9 @@ pub enum Applied {
     Created,
     Updated,
     Unchanged,
+    /// An object of that name exists and is not controlled by the cluster
+    /// that wants it: nothing was applied to it (no takeover).
+    Conflict,
 }
 
 /// What this process applied and its cache has not shown yet.
@@ -123,6 +127,14 @@ impl Recent {
         accepted.insert(key.into(), (hash.into(), digest));
     }
 
+    /// True if this process applied anything to the object within the TTL.
+    fn applied(&self, key: &str) -> bool {
+        let entries = &self.entries.lock().unwrap().by_key;
+        entries
+            .get(key)
+            .is_some_and(|(_, at)| at.elapsed() < Self::TTL)
+    }
+
     fn seen(&self, key: &str) {
         self.entries.lock().unwrap().by_key.remove(key);
     }
@@ -136,7 +148,10 @@ impl Recent {
 }
 
 /// Applies `desired` unless the live object in `store` already has it (or
-/// this process just applied it and the store has not caught up).
+/// this process just applied it and the store has not caught up), and never
+/// to an object that the desired object's controller does not control: an
+/// object of that name that is not in the cache (the cache holds only
+/// objects shardgate labelled) is looked up first.
 pub async fn apply<K, C>(
     client: &kube::Client,
     store: &Cache<C>,
@@ -161,6 +176,19 @@ where
 
     let live = store.get(&namespace, &name);
     let key = Recent::key::<K>(&namespace, &name);
+    let owner = controller_uid(desired.owner_references());
+    match &live {
+        Some(live) if live.controller_uid() != owner.as_deref() => return Ok(Applied::Conflict),
+        None if !recent.applied(&key) => {
+            let api: Api<K> = Api::namespaced(client.clone(), &namespace);
+            if let Some(existing) = api.get_opt(&name).await?
+                && controller_uid(existing.owner_references()) != owner
+            {
+                return Ok(Applied::Conflict);
+            }
+        }
+        _ => {}
+    }
     let live_hash = live.as_ref().and_then(|l| l.applied_hash());
     // The desired owned-fields digest, when the live object has the same
     // hash (so it is only drift that would make it differ).
@@ -219,6 +247,13 @@ where
     } else {
         Applied::Created
     })
+}
+
+/// The UID in the owner reference marked `controller`.
+fn controller_uid(refs: &[OwnerReference]) -> Option<String> {
+    refs.iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone())
 }
 
 /// The first 12 bytes of the SHA-256 of `v`'s compact JSON, in hex.

@@ -1,4 +1,4 @@
-//! The `ValkeyCluster` custom resource (`valkey.io/v1alpha1`).
+//! The `ValkeyCluster` custom resource (`shardgate.io/v1alpha1`).
 //!
 //! The CRD YAML under `deploy/crds/` is generated from these types by
 //! `shardgate crd`. CEL rules here reject what the API server can check on
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 /// A sharded Valkey cluster, optionally reachable from outside Kubernetes.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
-    group = "valkey.io",
+    group = "shardgate.io",
     version = "v1alpha1",
     kind = "ValkeyCluster",
     plural = "valkeyclusters",
@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"External","type":"string","jsonPath":".status.conditions[?(@.type==\"ExternalAccessReady\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = Rule::new("size(self.metadata.name) + size(string(self.spec.shards - 1)) + size(string(self.spec.replicas)) <= 43").message("metadata.name is too long: the node StatefulSet name valkey-<name>-<shard>-<node> must fit 52 characters").field_path(".metadata.name"),
+    validation = Rule::new("size(self.metadata.name) + size(string(self.spec.shards - 1)) + size(string(self.spec.replicas)) <= 40").message("metadata.name is too long: the node StatefulSet name shardgate-<name>-<shard>-<node> must fit 52 characters").field_path(".metadata.name"),
     validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS label: it is part of Service names").field_path(".metadata.name"),
 )]
 #[serde(rename_all = "camelCase")]

@@ -24,7 +24,13 @@ pub fn cluster_from_value(value: serde_json::Value) -> anyhow::Result<ValkeyClus
     let kind = value.get("kind").and_then(|v| v.as_str()).unwrap_or("");
     let want = ValkeyCluster::api_version(&());
     if api_version != want || kind != ValkeyCluster::kind(&()) {
-        bail!("apiVersion/kind: expected {want}/ValkeyCluster, got {api_version:?}/{kind:?}");
+        let hint = if api_version.starts_with("valkey.io/") {
+            " (a valkey-operator cluster: shardgate's API group is shardgate.io; \
+             see docs/migrating.md)"
+        } else {
+            ""
+        };
+        bail!("apiVersion/kind: expected {want}/ValkeyCluster, got {api_version:?}/{kind:?}{hint}");
     }
     from_value(value)
 }
@@ -49,4 +55,43 @@ pub fn documents(text: &str) -> Vec<anyhow::Result<serde_json::Value>> {
 /// Reads a file, naming it in the error.
 pub fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_shardgate_clusters_are_read_and_the_upstream_group_gets_a_hint() {
+        let doc = |api: &str, kind: &str| serde_json::json!({"apiVersion": api, "kind": kind, "metadata": {"name": "c"}, "spec": {}});
+        assert!(cluster_from_value(doc("shardgate.io/v1alpha1", "ValkeyCluster")).is_ok());
+        for (api, kind, hint) in [
+            ("valkey.io/v1alpha1", "ValkeyCluster", true),
+            ("shardgate.io/v1", "ValkeyCluster", false),
+            ("shardgate.io/v1alpha1", "Service", false),
+        ] {
+            let e = cluster_from_value(doc(api, kind)).unwrap_err().to_string();
+            assert!(
+                e.starts_with("apiVersion/kind: expected shardgate.io/v1alpha1/ValkeyCluster"),
+                "{e}"
+            );
+            assert_eq!(e.contains("docs/migrating.md"), hint, "{e}");
+        }
+    }
+
+    #[test]
+    fn every_document_is_read_and_bad_yaml_is_one_error() {
+        let docs = documents("a: 1\n---\nb: 2\n");
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[1].as_ref().unwrap()["b"], 2);
+        let bad = documents("{not yaml");
+        assert_eq!(bad.len(), 1);
+        assert!(
+            bad[0]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("not valid YAML")
+        );
+    }
 }

@@ -25,6 +25,9 @@ pub struct Progress {
     pub formation: Option<Formation>,
     /// A change of announce settings is still spreading by gossip.
     pub announce_spreading: bool,
+    /// `Kind name` of each desired object whose name another owner holds:
+    /// nothing was applied to them.
+    pub conflicts: Vec<String>,
 }
 
 /// The Valkey cluster's formation, as the guest's plan reports it.
@@ -90,10 +93,20 @@ pub fn compute(
         ),
         Outcome::Reconciled { guest, progress } => {
             let (ready, progressing) = verdicts(guest, progress);
+            let degraded = if progress.conflicts.is_empty() {
+                condition(DEGRADED, "False", "AsExpected", "")
+            } else {
+                condition(
+                    DEGRADED,
+                    "True",
+                    "NameConflict",
+                    &name_conflict(&progress.conflicts),
+                )
+            };
             let mut wanted = vec![
                 condition(READY, ready.0, ready.1, &ready.2),
                 condition(PROGRESSING, progressing.0, progressing.1, &progressing.2),
-                condition(DEGRADED, "False", "AsExpected", ""),
+                degraded,
             ];
             wanted.extend(
                 guest
@@ -126,6 +139,19 @@ pub fn compute(
     status
 }
 
+/// What `Degraded` says of objects whose names another owner holds.
+pub fn name_conflict(conflicts: &[String]) -> String {
+    format!(
+        "{} exist{} and {} not controlled by this cluster: nothing is applied to {}; \
+         delete or rename {}",
+        conflicts.join(", "),
+        if conflicts.len() == 1 { "s" } else { "" },
+        if conflicts.len() == 1 { "is" } else { "are" },
+        if conflicts.len() == 1 { "it" } else { "them" },
+        if conflicts.len() == 1 { "it" } else { "them" },
+    )
+}
+
 /// How many of `wanted`'s nodes are ready, given each observed Pod's node
 /// and readiness.
 pub fn ready_nodes(
@@ -140,9 +166,11 @@ pub fn ready_nodes(
 
 /// Whether a reconcile that ended so must look again soon: something is
 /// still changing or waited for.
+/// A name conflict is pending too: the object holding the name carries no
+/// label of shardgate's, so no watch event says when it is gone.
 pub fn pending(guest: &m::Status, progress: &Progress) -> bool {
     let (ready, progressing) = verdicts(guest, progress);
-    ready.0 != "True" || progressing.0 != "False"
+    ready.0 != "True" || progressing.0 != "False" || !progress.conflicts.is_empty()
 }
 
 type Verdict = (&'static str, &'static str, String);
@@ -155,7 +183,13 @@ fn verdicts(guest: &m::Status, p: &Progress) -> (Verdict, Verdict) {
         .any(|c| c.type_ == EXTERNAL_ACCESS_READY && c.status != m::ConditionStatus::True);
     let forming = p.formation.as_ref().filter(|f| !f.formed);
     let (ready, expected) = (p.ready_nodes, p.wanted_nodes);
-    let ready_verdict = if ready != expected {
+    let ready_verdict = if !p.conflicts.is_empty() {
+        (
+            "False",
+            "NameConflict",
+            "objects the cluster needs are held by another owner".to_string(),
+        )
+    } else if ready != expected {
         (
             "False",
             "NodesNotReady",
@@ -182,7 +216,13 @@ fn verdicts(guest: &m::Status, p: &Progress) -> (Verdict, Verdict) {
             format!("all {expected} nodes are ready"),
         )
     };
-    let progressing = if p.changed > 0 {
+    let progressing = if !p.conflicts.is_empty() {
+        (
+            "False",
+            "NameConflict",
+            "blocked until the conflicting objects are removed".to_string(),
+        )
+    } else if p.changed > 0 {
         ("True", "Applying", format!("{} objects changed", p.changed))
     } else if ready_verdict.0 != "True" {
         (
@@ -253,6 +293,7 @@ mod tests {
                 waiting: "3 of 6 nodes have met".into(),
             }),
             announce_spreading: spreading,
+            conflicts: Vec::new(),
         }
     }
 
@@ -394,6 +435,45 @@ mod tests {
             time("2026-01-01T00:03:00Z")
         );
         assert_eq!(at(&done, DEGRADED), time("2026-01-01T00:00:00Z"));
+    }
+
+    #[test]
+    fn a_name_held_by_another_owner_degrades_the_cluster_and_stays_pending() {
+        let g = guest(Some(m::ConditionStatus::True));
+        for conflicts in [
+            vec!["Service shardgate-c-shard-0"],
+            vec!["Service a", "StatefulSet b"],
+        ] {
+            let p = Progress {
+                conflicts: conflicts.iter().map(|c| c.to_string()).collect(),
+                ..progress(0, 6, Some(true), false)
+            };
+            let s = compute(
+                &Outcome::Reconciled {
+                    guest: &g,
+                    progress: p.clone(),
+                },
+                None,
+                Some(1),
+                &time("2026-01-01T00:00:00Z"),
+            );
+            assert_eq!(get(&s, DEGRADED), ("True", "NameConflict"));
+            assert_eq!(get(&s, READY), ("False", "NameConflict"));
+            assert_eq!(get(&s, PROGRESSING), ("False", "NameConflict"));
+            let message = &s
+                .conditions
+                .iter()
+                .find(|c| c.type_ == DEGRADED)
+                .unwrap()
+                .message;
+            for c in &conflicts {
+                assert!(message.contains(c), "{message}");
+            }
+            assert!(
+                pending(&g, &p),
+                "looked at again: the holder has no label to watch"
+            );
+        }
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The exact requests the applier sends, pinned with tower-test mocks: a
+//! The exact requests the applier sends, pinned with tower-test mocks: an
+//! object the cache does not hold is looked up first (never taken over), a
 //! server-side apply carries the field manager and `force`, and an object
 //! already in place causes no request at all.
 
@@ -17,7 +18,7 @@ use tower_test::mock::Handle;
 fn service() -> Service {
     Service {
         metadata: kube::api::ObjectMeta {
-            name: Some("valkey-demo-shard-0".into()),
+            name: Some("shardgate-demo-shard-0".into()),
             namespace: Some("default".into()),
             ..Default::default()
         },
@@ -35,6 +36,45 @@ fn service() -> Service {
     }
 }
 
+type Server = Handle<Request<Body>, Response<Body>>;
+
+/// Answers the lookup of an object the cache does not hold: `existing`, or
+/// 404 Not Found.
+async fn answer_lookup(handle: &mut Server, existing: Option<serde_json::Value>) {
+    let (request, send) = handle.next_request().await.expect("the lookup");
+    assert_eq!(request.method(), http::Method::GET);
+    assert_eq!(
+        request.uri().path(),
+        "/api/v1/namespaces/default/services/shardgate-demo-shard-0"
+    );
+    let response = match existing {
+        Some(object) => Response::builder().body(Body::from(serde_json::to_vec(&object).unwrap())),
+        None => Response::builder().status(404).body(Body::from(
+            serde_json::to_vec(&serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "reason": "NotFound", "code": 404, "message": "not found"}))
+            .unwrap(),
+        )),
+    };
+    send.send_response(response.unwrap());
+}
+
+/// [`service`] as the cluster with UID `uid` wants it.
+fn owned_service(uid: &str) -> Service {
+    let mut svc = service();
+    svc.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "shardgate.io/v1alpha1".into(),
+            kind: "ValkeyCluster".into(),
+            name: "demo".into(),
+            uid: uid.into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+    ]);
+    svc
+}
+
 /// Asserts that no request arrives within `ms` milliseconds.
 async fn nothing_sent(handle: &mut Handle<Request<Body>, Response<Body>>, ms: u64) {
     let next = tokio::time::timeout(Duration::from_millis(ms), handle.next_request());
@@ -47,6 +87,7 @@ async fn sent_apply() -> serde_json::Value {
     let client = kube::Client::new(mock, "default");
     let empty = Cache::<CachedService>::default();
     let capture = tokio::spawn(async move {
+        answer_lookup(&mut handle, None).await;
         let (request, send) = handle.next_request().await.unwrap();
         let body = request.into_body().collect_bytes().await.unwrap();
         send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
@@ -65,11 +106,12 @@ async fn apply_sends_one_forced_server_side_apply_with_our_field_manager() {
     let recent = Recent::default();
     let store = Cache::<CachedService>::default();
     let server = tokio::spawn(async move {
-        let (request, send) = handle.next_request().await.expect("one request");
+        answer_lookup(&mut handle, None).await;
+        let (request, send) = handle.next_request().await.expect("the apply");
         assert_eq!(request.method(), http::Method::PATCH);
         let uri = request.uri().to_string();
         assert!(
-            uri.starts_with("/api/v1/namespaces/default/services/valkey-demo-shard-0?"),
+            uri.starts_with("/api/v1/namespaces/default/services/shardgate-demo-shard-0?"),
             "{uri}"
         );
         assert!(uri.contains("fieldManager=shardgate"), "{uri}");
@@ -146,6 +188,7 @@ async fn an_apply_the_cache_has_not_shown_yet_is_not_sent_twice() {
     let recent = Recent::default();
     let store = Cache::<CachedService>::default();
     let server = tokio::spawn(async move {
+        answer_lookup(&mut handle, None).await;
         let (request, send) = handle.next_request().await.expect("the first apply");
         let body = request.into_body().collect_bytes().await.unwrap();
         send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
@@ -239,6 +282,64 @@ async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
             .await
             .unwrap(),
         Applied::Updated
+    );
+    server.await.unwrap();
+}
+
+/// No takeover: a Service of the wanted name that the cluster does not
+/// control (hand-made, so not in the cache; or cached under another
+/// controller) gets no apply at all.
+#[tokio::test]
+async fn a_name_another_owner_holds_gets_no_apply() {
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let recent = Recent::default();
+    let store = Cache::<CachedService>::default();
+    let hand_made = serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "shardgate-demo-shard-0", "namespace": "default", "uid": "theirs"},
+        "spec": {"ports": [{"port": 80}]},
+    });
+    let server = tokio::spawn(async move {
+        answer_lookup(&mut handle, Some(hand_made)).await;
+        nothing_sent(&mut handle, 200).await;
+        handle
+    });
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &owned_service("ours"))
+            .await
+            .unwrap(),
+        Applied::Conflict
+    );
+    let mut handle = server.await.unwrap();
+
+    // Cached (labelled as shardgate's) but controlled by another cluster.
+    let mut other = owned_service("another");
+    other.metadata.labels = Some([("shardgate.io/cluster".to_string(), "demo".to_string())].into());
+    store.apply(watcher::Event::Apply(cached::service(other)));
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &owned_service("ours"))
+            .await
+            .unwrap(),
+        Applied::Conflict
+    );
+    nothing_sent(&mut handle, 100).await;
+
+    // Its own object, not yet in the cache (a watch lag): applied.
+    let store = Cache::<CachedService>::default();
+    let mine = serde_json::to_value(owned_service("ours")).unwrap();
+    let server = tokio::spawn(async move {
+        answer_lookup(&mut handle, Some(mine)).await;
+        let (request, send) = handle.next_request().await.expect("the apply");
+        assert_eq!(request.method(), http::Method::PATCH);
+        let body = request.into_body().collect_bytes().await.unwrap();
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+    });
+    assert_eq!(
+        apply::apply(&client, &store, &recent, &owned_service("ours"))
+            .await
+            .unwrap(),
+        Applied::Created
     );
     server.await.unwrap();
 }

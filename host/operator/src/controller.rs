@@ -245,7 +245,7 @@ mod tests {
     fn labelled_and_controlled(cluster_label: Option<&str>, controller: (&str, &str)) -> Value {
         serde_json::json!({
             "metadata": {"name": "o", "namespace": "ns",
-                "labels": cluster_label.map(|c| serde_json::json!({"valkey.io/cluster": c})),
+                "labels": cluster_label.map(|c| serde_json::json!({"shardgate.io/cluster": c})),
                 "ownerReferences": [{"apiVersion": "x", "kind": controller.0,
                     "name": controller.1, "uid": "u", "controller": true}]}
         })

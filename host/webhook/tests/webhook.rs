@@ -104,10 +104,10 @@ fn review(operation: &str, object: Value) -> Value {
         "kind": "AdmissionReview",
         "request": {
             "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-            "kind": {"group": "valkey.io", "version": "v1alpha1", "kind": "ValkeyCluster"},
-            "resource": {"group": "valkey.io", "version": "v1alpha1", "resource": "valkeyclusters"},
-            "requestKind": {"group": "valkey.io", "version": "v1alpha1", "kind": "ValkeyCluster"},
-            "requestResource": {"group": "valkey.io", "version": "v1alpha1", "resource": "valkeyclusters"},
+            "kind": {"group": "shardgate.io", "version": "v1alpha1", "kind": "ValkeyCluster"},
+            "resource": {"group": "shardgate.io", "version": "v1alpha1", "resource": "valkeyclusters"},
+            "requestKind": {"group": "shardgate.io", "version": "v1alpha1", "kind": "ValkeyCluster"},
+            "requestResource": {"group": "shardgate.io", "version": "v1alpha1", "resource": "valkeyclusters"},
             "name": object["metadata"]["name"],
             "namespace": "default",
             "operation": operation,
@@ -122,7 +122,7 @@ fn review(operation: &str, object: Value) -> Value {
 
 fn cluster(name: &str, spec: Value) -> Value {
     json!({
-        "apiVersion": "valkey.io/v1alpha1",
+        "apiVersion": "shardgate.io/v1alpha1",
         "kind": "ValkeyCluster",
         "metadata": {"name": name, "namespace": "default"},
         "spec": spec,
@@ -186,7 +186,7 @@ async fn admits_good_clusters_and_denies_bad_ones_with_field_paths() {
 }
 
 /// The namespace's other clusters reach the guest's collision check. The
-/// naming grammar (`valkey-<cluster>-shard-<i>`, `valkey-<cluster>-<s>-<n>`)
+/// naming grammar (`shardgate-<cluster>-shard-<i>`, `shardgate-<cluster>-<s>-<n>`)
 /// keeps prefix-related clusters apart, which `tests/tests/properties.rs`
 /// proves over random names, so the check is a guard that admits them.
 #[tokio::test]

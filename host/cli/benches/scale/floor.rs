@@ -84,8 +84,8 @@ const RESOURCES: [Resource; 6] = [
     },
     Resource {
         plural: "valkeyclusters",
-        prefix: "apis/valkey.io/v1alpha1",
-        key: "valkeyclusters.valkey.io",
+        prefix: "apis/shardgate.io/v1alpha1",
+        key: "valkeyclusters.shardgate.io",
         watched: true,
     },
     // kube's event recorder writes events.k8s.io/v1 Events.

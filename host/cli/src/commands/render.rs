@@ -215,6 +215,7 @@ pub fn render(
         wanted_nodes: desired.nodes.len(),
         formation: None,
         announce_spreading: false,
+        conflicts: Vec::new(),
     };
     let outcome = Outcome::Reconciled {
         guest: &desired.status,

@@ -7,7 +7,7 @@
 //! # async fn demo() -> anyhow::Result<()> {
 //! use kube_emulator::{CustomResource, Emulator};
 //! let emu = Emulator::builder()
-//!     .custom_resource(CustomResource::namespaced("valkey.io", "v1alpha1", "ValkeyCluster", "valkeyclusters"))
+//!     .custom_resource(CustomResource::namespaced("shardgate.io", "v1alpha1", "ValkeyCluster", "valkeyclusters"))
 //!     .statefulset_controller(true)
 //!     .start()
 //!     .await?;
@@ -291,7 +291,7 @@ impl Emulator {
 
     /// Change events emitted per resource since the last
     /// [`reset_counts`](Self::reset_counts), by resource (`pods`,
-    /// `statefulsets.apps`, `valkeyclusters.valkey.io`): API writes and the
+    /// `statefulsets.apps`, `valkeyclusters.shardgate.io`): API writes and the
     /// emulated controllers' writes alike, each one event that every watch
     /// of the resource is offered.
     pub fn emitted_events(&self) -> BTreeMap<String, u64> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 /// declare it (one version only).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CustomResource {
-    /// API group, e.g. `valkey.io`.
+    /// API group, e.g. `shardgate.io`.
     pub group: String,
     /// Served version, e.g. `v1alpha1`.
     pub version: String,

@@ -33,7 +33,7 @@ async fn discovery_legacy_and_aggregated() {
             d.run().await
         }
         .unwrap();
-        let g = d.get("valkey.io").expect("valkey.io group");
+        let g = d.get("shardgate.io").expect("shardgate.io group");
         let (ar, caps) = g.recommended_kind("ValkeyCluster").expect("kind");
         assert_eq!(ar.plural, "valkeyclusters");
         assert_eq!(caps.scope, kube::discovery::Scope::Namespaced);
@@ -344,7 +344,7 @@ async fn status_subresource_isolation_and_generation() {
     let (emu, client) = start().await;
     let api = vc_api(&client, "default");
     let pp = PatchParams::apply("op").force();
-    let obj = json!({"apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+    let obj = json!({"apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
         "metadata": {"name": "vc"}, "spec": {"shards": 3}, "status": {"phase": "ignored"}});
     let created = api.patch("vc", &pp, &Patch::Apply(&obj)).await.unwrap();
     assert_eq!(created.metadata.generation, Some(1));
@@ -355,7 +355,7 @@ async fn status_subresource_isolation_and_generation() {
 
     // Status write changes only status; no generation bump.
     let st = api
-        .patch_status("vc", &pp, &Patch::Apply(json!({"apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+        .patch_status("vc", &pp, &Patch::Apply(json!({"apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
             "status": {"phase": "Ready", "externalEndpoints": [{"shardIndex": 0, "host": "a"}]}, "spec": {"shards": 99}})))
         .await
         .unwrap();
@@ -395,7 +395,7 @@ async fn status_subresource_isolation_and_generation() {
         "vc",
         &PatchParams::apply("other").force(),
         &Patch::Apply(
-            json!({"apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+            json!({"apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
         "status": {"externalEndpoints": [{"shardIndex": 1, "host": "b"}]}}),
         ),
     )

@@ -27,14 +27,14 @@ async fn reconcile(vc: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, kube
     let name = vc.name_any();
     let pp = PatchParams::apply("shardgate").force();
     let svc = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "ownerReferences": [{"apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+        "metadata": {"name": name, "ownerReferences": [{"apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
             "name": name, "uid": vc.uid().unwrap(), "controller": true, "blockOwnerDeletion": true}]},
         "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"name": "client", "port": 6379}]}});
     Api::<Service>::namespaced(ctx.client.clone(), &ns)
         .patch(&name, &pp, &Patch::Apply(svc))
         .await?;
     let was_ready = vc.data["status"]["phase"] == "Ready";
-    let status = json!({"apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+    let status = json!({"apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
         "status": {"phase": "Ready", "observedGeneration": vc.meta().generation}});
     vc_api(&ctx.client, &ns)
         .patch_status(&name, &pp, &Patch::Apply(status))
@@ -86,7 +86,7 @@ async fn controller_settles_and_owned_objects_are_collected() {
         .patch(
             "vc",
             &PatchParams::apply("user"),
-            &Patch::Apply(json!({"apiVersion": "valkey.io/v1alpha1",
+            &Patch::Apply(json!({"apiVersion": "shardgate.io/v1alpha1",
             "kind": "ValkeyCluster", "metadata": {"name": "vc"}, "spec": {"shards": 3}})),
         )
         .await

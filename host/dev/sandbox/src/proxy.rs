@@ -9,7 +9,7 @@
 //!   listens on `node_ip:nodePort`.
 //! - **LoadBalancer** Services: acting as the cloud controller, the proxy
 //!   gives each one an address in `load_balancer_network` (a loopback /24):
-//!   `.S` for a Service labelled `valkey.io/shard-index: S` (127.0.2.0 for
+//!   `.S` for a Service labelled `shardgate.io/shard: S` (127.0.2.0 for
 //!   shard 0: all of 127/8 is loopback), otherwise, or if that address is
 //!   taken by another Service, the highest free one. It
 //!   writes `status.loadBalancer.ingress: [{ip}]` (only when it differs) and
@@ -60,7 +60,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Errors kept by [`Proxy::errors`]; older ones are dropped.
 const MAX_ERRORS: usize = 1000;
 /// The label whose value picks a LoadBalancer Service's address.
-const SHARD_LABEL: &str = "valkey.io/shard-index";
+const SHARD_LABEL: &str = "shardgate.io/shard";
 
 /// Where the proxy listens.
 #[derive(Clone, Debug)]
@@ -648,7 +648,7 @@ mod tests {
             },
             spec: Some(ServiceSpec {
                 type_: Some("NodePort".into()),
-                selector: labels(&[("valkey.io/cluster", "vc"), ("valkey.io/shard-index", "0")]),
+                selector: labels(&[("shardgate.io/cluster", "vc"), ("shardgate.io/shard", "0")]),
                 ports: Some(vec![
                     ServicePort {
                         name: Some("vk-n0".into()),
@@ -677,9 +677,9 @@ mod tests {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
                 labels: labels(&[
-                    ("valkey.io/cluster", "vc"),
-                    ("valkey.io/shard-index", "0"),
-                    ("valkey.io/node-index", &node.to_string()),
+                    ("shardgate.io/cluster", "vc"),
+                    ("shardgate.io/shard", "0"),
+                    ("shardgate.io/node", &node.to_string()),
                 ]),
                 ..ObjectMeta::default()
             },
@@ -838,7 +838,7 @@ mod tests {
         serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default",
-                         "labels": {"valkey.io/cluster": "vc", "valkey.io/shard-index": "3"}},
+                         "labels": {"shardgate.io/cluster": "vc", "shardgate.io/shard": "3"}},
             "spec": {"containers": [{"name": "server", "image": "valkey",
                      "ports": [{"name": "vk-n0", "containerPort": port}]}]},
         })
@@ -870,9 +870,9 @@ mod tests {
         emu.create(serde_json::json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "vc-shard-3", "namespace": "default",
-                         "labels": {"valkey.io/shard-index": "3"}},
+                         "labels": {"shardgate.io/shard": "3"}},
             "spec": {"type": "LoadBalancer",
-                     "selector": {"valkey.io/cluster": "vc", "valkey.io/shard-index": "3"},
+                     "selector": {"shardgate.io/cluster": "vc", "shardgate.io/shard": "3"},
                      "ports": [{"name": "vk-n0", "port": 6379, "targetPort": "vk-n0"}]},
         }))
         .unwrap();

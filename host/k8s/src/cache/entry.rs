@@ -478,9 +478,9 @@ mod tests {
     fn a_stateful_set_shardgate_applied_keeps_metadata_status_and_digest() {
         let sts: StatefulSet = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n", "namespace": "ns", "uid": "u1", "generation": 3,
-                "labels": {"a": "b", "valkey.io/cluster": "c"},
+                "labels": {"a": "b", "shardgate.io/cluster": "c"},
                 "annotations": {"shardgate.io/applied-hash": "h", "note": "x"},
-                "ownerReferences": [{"apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+                "ownerReferences": [{"apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
                     "name": "c", "uid": "u0", "controller": true}],
                 "managedFields": [{"manager": "shardgate", "operation": "Apply",
                     "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}},
@@ -518,7 +518,7 @@ mod tests {
         };
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "c-s0", "namespace": "ns", "managedFields": managed,
-                "labels": {"valkey.io/cluster": "c", "valkey.io/shard-index": "0", "x": "y"}},
+                "labels": {"shardgate.io/cluster": "c", "shardgate.io/shard": "0", "x": "y"}},
             "spec": {"type": "NodePort", "clusterIP": "10.0.0.9", "selector": {"a": "b"},
                 "ports": [{"name": "vk-n0", "port": 6379, "nodePort": 30001,
                            "protocol": "TCP", "targetPort": 6379}]},
@@ -570,7 +570,7 @@ mod tests {
     fn a_config_map_keeps_only_its_marks() {
         let cm: ConfigMap = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "c-0-0", "namespace": "ns",
-                "labels": {"valkey.io/cluster": "c", "valkey.io/node-index": "0"},
+                "labels": {"shardgate.io/cluster": "c", "shardgate.io/node": "0"},
                 "annotations": {"shardgate.io/applied-hash": "h"},
                 "managedFields": [{"manager": "shardgate", "operation": "Apply",
                     "fieldsV1": {"f:data": {"f:valkey.conf": {}}}}]},
@@ -588,8 +588,8 @@ mod tests {
     #[test]
     fn a_cached_pod_keeps_what_the_snapshot_reads() {
         let p: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "labels": {"valkey.io/cluster": "c",
-                "valkey.io/shard-index": "1", "valkey.io/node-index": "2"},
+            "metadata": {"name": "p", "labels": {"shardgate.io/cluster": "c",
+                "shardgate.io/shard": "1", "shardgate.io/node": "2"},
                 "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
             "spec": {"containers": [{"name": "valkey"}]},
             "status": {"hostIP": "10.0.0.1", "podIP": "10.1.0.1", "phase": "Running",

@@ -253,7 +253,7 @@ mod tests {
     #[test]
     fn the_spec_crosses_with_its_enums_and_quantities() {
         let vc: ValkeyCluster = serde_json::from_value(json!({
-            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+            "apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
             "metadata": {"name": "c", "namespace": "ns"},
             "spec": {"shards": 2, "replicas": 1, "image": "i",
                 "resources": {"requests": {"memory": "1Gi", "cpu": "500m"}},

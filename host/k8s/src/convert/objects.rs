@@ -27,7 +27,7 @@ pub struct Objects {
     pub nodes: Vec<NodeObjects>,
 }
 
-/// The objects of one node, all named `valkey-<cluster>-<shard>-<node>`.
+/// The objects of one node, all named `shardgate-<cluster>-<shard>-<node>`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeObjects {
     pub config_map: ConfigMap,
@@ -100,13 +100,19 @@ impl Owned {
         }
     }
 
-    /// The common labels plus the shard's index, and the node's if given.
+    /// The common labels plus the shard's index, and the node's if given
+    /// (its objects' component is the node; else the shard's endpoint).
     fn labels(&self, shard: u32, node: Option<u32>) -> BTreeMap<String, String> {
         let mut labels = self.labels.clone();
         labels.insert(labels::SHARD.into(), shard.to_string());
-        if let Some(node) = node {
-            labels.insert(labels::NODE.into(), node.to_string());
-        }
+        let component = match node {
+            Some(node) => {
+                labels.insert(labels::NODE.into(), node.to_string());
+                labels::COMPONENT_NODE
+            }
+            None => labels::COMPONENT_ENDPOINT,
+        };
+        labels.insert(labels::COMPONENT.into(), component.into());
         labels
     }
 
@@ -239,7 +245,7 @@ mod tests {
 
     fn cluster(uid: Option<&str>) -> ValkeyCluster {
         let mut vc: ValkeyCluster = serde_json::from_value(json!({
-            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+            "apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
             "metadata": {"name": "c", "namespace": "ns"}, "spec": {},
         }))
         .unwrap();
@@ -302,7 +308,7 @@ mod tests {
             let o = objects(&cluster(Some("u")), &desired(&annotations, false));
             let svc = typed_json(&o.shard_services[0]);
             assert_eq!(svc["kind"], "Service");
-            assert_eq!(svc["metadata"]["name"], "valkey-c-shard-1");
+            assert_eq!(svc["metadata"]["name"], "shardgate-c-shard-1");
             assert_eq!(svc["metadata"]["annotations"], want_annotations);
             assert_eq!(svc["metadata"]["labels"][labels::SHARD], "1");
             assert_eq!(svc["metadata"]["ownerReferences"][0]["uid"], "u");
@@ -353,7 +359,7 @@ mod tests {
             assert_eq!(hs["spec"]["ports"][0]["name"], "vk-n1");
             assert_eq!(hs["spec"]["ports"][1]["name"], BUS_PORT_NAME);
             let sts = typed_json(&n.stateful_set);
-            assert_eq!(sts["metadata"]["name"], "valkey-c-1-1");
+            assert_eq!(sts["metadata"]["name"], "shardgate-c-1-1");
             assert_eq!(
                 sts["metadata"]["ownerReferences"].is_null(),
                 uid.is_none(),

@@ -1,34 +1,43 @@
 //! Stage 3, apply: every desired object that is not already in place is
 //! applied with server-side apply ([`shardgate_k8s::apply`]); what was
-//! created is told in one Event.
+//! created is told in one Event. An object whose name is taken by one the
+//! cluster does not control is left alone and reported (no takeover).
 
 use kube::core::NamespaceResourceScope;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use shardgate_contract::conditions;
 use shardgate_k8s::apply::{self, Applied};
 use shardgate_k8s::cache::{Cache, Entry};
 use shardgate_k8s::convert::Objects;
 use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_k8s::status;
 
 use super::{Error, events};
 use crate::context::Context;
 
 /// What the applies of one reconcile did.
 #[derive(Debug, Default, PartialEq, Eq)]
-struct Changes {
+pub struct Changes {
     /// Objects created or updated.
-    changed: usize,
+    pub changed: usize,
     /// `resource/name` of each object created.
     created: Vec<String>,
+    /// `Kind name` of each desired object whose name another owner holds.
+    pub conflicts: Vec<String>,
 }
 
 impl Changes {
     /// Counts what one apply did; true if it wrote.
-    fn note(&mut self, resource: &str, name: &str, applied: Applied) -> bool {
+    fn note(&mut self, kind: &str, resource: &str, name: &str, applied: Applied) -> bool {
         match applied {
             Applied::Unchanged => return false,
+            Applied::Conflict => {
+                self.conflicts.push(format!("{kind} {name}"));
+                return false;
+            }
             Applied::Created => self.created.push(format!("{resource}/{name}")),
             Applied::Updated => {}
         }
@@ -38,8 +47,8 @@ impl Changes {
 }
 
 /// Applies `objects` in order (shard Services, then each node's ConfigMap,
-/// headless Service and StatefulSet). Returns how many were written.
-pub async fn run(ctx: &Context, vc: &ValkeyCluster, objects: &Objects) -> Result<usize, Error> {
+/// headless Service and StatefulSet).
+pub async fn run(ctx: &Context, vc: &ValkeyCluster, objects: &Objects) -> Result<Changes, Error> {
     let mut changes = Changes::default();
     let caches = &ctx.caches;
     for svc in &objects.shard_services {
@@ -75,7 +84,22 @@ pub async fn run(ctx: &Context, vc: &ValkeyCluster, objects: &Objects) -> Result
         let note = events::summary("created", &changes.created);
         events::publish(ctx, vc, EventType::Normal, "Created", "Apply", note).await;
     }
-    Ok(changes.changed)
+    if !changes.conflicts.is_empty() && !already_reported(vc, &changes.conflicts) {
+        let note = status::name_conflict(&changes.conflicts);
+        events::publish(ctx, vc, EventType::Warning, "NameConflict", "Apply", note).await;
+    }
+    Ok(changes)
+}
+
+/// The status already reports exactly these conflicts (the Event was sent).
+fn already_reported(vc: &ValkeyCluster, conflicts: &[String]) -> bool {
+    vc.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == conditions::DEGRADED
+                && c.reason == "NameConflict"
+                && c.message == status::name_conflict(conflicts)
+        })
+    })
 }
 
 async fn one<K, C>(
@@ -94,7 +118,7 @@ where
     C: Entry,
 {
     let applied = apply::apply(&ctx.client, cache, &ctx.recent, desired).await?;
-    if changes.note(resource, &desired.name_any(), applied) {
+    if changes.note(&K::kind(&()), resource, &desired.name_any(), applied) {
         ctx.metrics.write("apply", resource);
     }
     Ok(())
@@ -108,20 +132,22 @@ mod tests {
     fn creates_and_updates_count_as_changes_and_creates_are_named() {
         let mut changes = Changes::default();
         let wrote: Vec<bool> = [
-            ("services", "a", Applied::Created),
-            ("services", "b", Applied::Unchanged),
-            ("configmaps", "c", Applied::Updated),
-            ("statefulsets", "d", Applied::Created),
+            ("Service", "services", "a", Applied::Created),
+            ("Service", "services", "b", Applied::Unchanged),
+            ("ConfigMap", "configmaps", "c", Applied::Updated),
+            ("Service", "services", "x", Applied::Conflict),
+            ("StatefulSet", "statefulsets", "d", Applied::Created),
         ]
         .into_iter()
-        .map(|(resource, name, applied)| changes.note(resource, name, applied))
+        .map(|(kind, resource, name, applied)| changes.note(kind, resource, name, applied))
         .collect();
-        assert_eq!(wrote, [true, false, true, true]);
+        assert_eq!(wrote, [true, false, true, false, true]);
         assert_eq!(
             changes,
             Changes {
                 changed: 3,
                 created: vec!["services/a".into(), "statefulsets/d".into()],
+                conflicts: vec!["Service x".into()],
             }
         );
     }

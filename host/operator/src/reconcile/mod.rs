@@ -91,12 +91,14 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     let applied = apply::run(ctx, vc, &objects).await?;
     let reshaped = reshape::run(ctx, vc, &snapshot, nodes.as_mut(), &desired).await?;
     let deleted = prune::run(ctx, vc, &snapshot, &objects, reshaped.announce_spreading).await?;
+    let changed = applied.changed + deleted;
     let progress = Progress {
-        changed: applied + deleted,
+        changed,
         ready_nodes: snapshot.ready_nodes(&desired.nodes),
         wanted_nodes: desired.nodes.len(),
         formation: nodes.is_some().then(|| (&desired.topology).into()),
         announce_spreading: reshaped.announce_spreading,
+        conflicts: applied.conflicts,
     };
     let pending = shardgate_k8s::status::pending(&desired.status, &progress);
     let outcome = Outcome::Reconciled {
@@ -104,8 +106,8 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
         progress,
     };
     status::publish(vc, ctx, &outcome).await?;
-    if applied + deleted > 0 {
-        info!(changed = applied + deleted, "applied");
+    if changed > 0 {
+        info!(changed, "applied");
     }
     Ok(Action::requeue(next_look(&outcome, reshaped, pending)))
 }

@@ -61,7 +61,7 @@ mod tests {
 
     fn cluster(namespace: &str, name: &str, tls: bool) -> ValkeyCluster {
         serde_json::from_value(json!({
-            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+            "apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
             "metadata": {"name": name, "namespace": namespace},
             "spec": if tls { json!({"tls": {"secretName": "s"}}) } else { json!({}) },
         }))

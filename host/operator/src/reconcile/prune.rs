@@ -154,16 +154,16 @@ mod tests {
         for (shards, nodes, services, node_names) in [
             (vec![], vec![], set(&[]), set(&[])),
             (
-                vec!["valkey-c-shard-0"],
-                vec!["valkey-c-0-0", "valkey-c-0-1"],
-                set(&["valkey-c-shard-0", "valkey-c-0-0", "valkey-c-0-1"]),
-                set(&["valkey-c-0-0", "valkey-c-0-1"]),
+                vec!["shardgate-c-shard-0"],
+                vec!["shardgate-c-0-0", "shardgate-c-0-1"],
+                set(&["shardgate-c-shard-0", "shardgate-c-0-0", "shardgate-c-0-1"]),
+                set(&["shardgate-c-0-0", "shardgate-c-0-1"]),
             ),
             (
                 vec![],
-                vec!["valkey-c-1-0"],
-                set(&["valkey-c-1-0"]),
-                set(&["valkey-c-1-0"]),
+                vec!["shardgate-c-1-0"],
+                set(&["shardgate-c-1-0"]),
+                set(&["shardgate-c-1-0"]),
             ),
         ] {
             let objects = Objects {

@@ -5,7 +5,12 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube_emulator::{CustomResource, Emulator};
 
 pub fn valkey_cr() -> CustomResource {
-    CustomResource::namespaced("valkey.io", "v1alpha1", "ValkeyCluster", "valkeyclusters")
+    CustomResource::namespaced(
+        "shardgate.io",
+        "v1alpha1",
+        "ValkeyCluster",
+        "valkeyclusters",
+    )
 }
 
 pub async fn start() -> (Emulator, kube::Client) {
@@ -20,7 +25,7 @@ pub async fn start() -> (Emulator, kube::Client) {
 
 pub fn vc_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("valkey.io", "v1alpha1", "ValkeyCluster"),
+        &GroupVersionKind::gvk("shardgate.io", "v1alpha1", "ValkeyCluster"),
         "valkeyclusters",
     )
 }
