@@ -87,9 +87,11 @@ fn bad_domain_and_prefix_are_rejected() {
 
 #[test]
 fn names_that_make_invalid_object_names_are_rejected() {
-    let msg = rejected(&cluster(&"a".repeat(42), 10, 1, None));
+    // shardgate-<name>-<shard>-<node> must fit 52 characters: with shard "9"
+    // and node "1" that leaves 38 for the name.
+    let msg = rejected(&cluster(&"a".repeat(39), 10, 1, None));
     assert!(msg.contains("too long"), "{msg}");
-    cluster(&"a".repeat(41), 10, 1, None)
+    cluster(&"a".repeat(38), 10, 1, None)
         .validate_cel()
         .unwrap();
     let msg = rejected(&cluster("has.dot", 1, 0, None));
