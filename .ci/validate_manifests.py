@@ -149,10 +149,11 @@ Operator manifests, Helm chart, kustomize
         apps statefulsets: get list watch create patch delete
         "" pods: get list watch delete
         events.k8s.io events: create patch
+        "" secrets: get create patch (by name; never list or watch)
       and the Lease Role (namespaced, in the operator's namespace) grants exactly
         coordination.k8s.io leases: get create update patch
       (resourceNames, if used, only the lease name and never on create); no "*"
-      anywhere, no nonResourceURLs, no secrets or nodes, no other verbs; the
+      anywhere, no nonResourceURLs, no nodes, no other verbs; the
       bindings reference those roles and bind exactly the operator's
       ServiceAccount in the operator's namespace.
   D1  The Deployment: replicas as configured (2 by default); the image
@@ -239,6 +240,9 @@ EXPECTED_OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch", "delete"},
+    # Its own Secrets (generated passwords, the rendered ACL) and the users'
+    # password Secrets, each read by name: never listed or watched.
+    ("", "secrets"): {"get", "create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }
 EXPECTED_LEASE_RULES: dict[tuple[str, str], set[str]] = {
@@ -866,7 +870,7 @@ def rule_triples(role: dict, what: str, problems: list[str],
                 problems.append(f"{where}: wildcard in {field}: {values}")
         for g in groups:
             for r in resources:
-                if r in ("secrets", "nodes") or r.startswith(("secrets/", "nodes/")):
+                if r == "nodes" or r.startswith(("secrets/", "nodes/")):
                     problems.append(f"{where}: grants access to {r}, which the operator never uses")
                 if names:
                     wanted = (allowed_names or {}).get((g, r))

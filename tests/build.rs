@@ -7,7 +7,7 @@ use std::process::Command;
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let crate_dir = manifest_dir.join("modules/misbehave");
-    for watched in ["src", "Cargo.toml", "Cargo.lock"] {
+    for watched in ["src", "wit", "Cargo.toml", "Cargo.lock"] {
         println!(
             "cargo:rerun-if-changed={}",
             crate_dir.join(watched).display()

@@ -3,8 +3,8 @@
 use crate::endpoints::{External, format_ip};
 use shardgate_contract::announce::KEYS;
 use shardgate_contract::model::{IpAddress, Pair};
-use shardgate_contract::names;
-use shardgate_contract::paths::TLS_DIR;
+use shardgate_contract::paths::{self, TLS_DIR};
+use shardgate_contract::{auth, names};
 
 /// What a node announces to clients.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -92,7 +92,7 @@ pub fn config(node_name: &str, announce: &Announce) -> String {
         c.push_str(&format!("tls-cert-file {TLS_DIR}/tls.crt\n"));
         c.push_str(&format!("tls-key-file {TLS_DIR}/tls.key\n"));
         c.push_str(&format!("tls-ca-cert-file {TLS_DIR}/ca.crt\n"));
-        c.push_str("tls-cluster yes\ntls-replication yes\n");
+        c.push_str("tls-cluster yes\ntls-replication yes\ntls-auth-clients optional\n");
     } else {
         c.push_str(&format!("port {}\n", names::CLIENT_PORT));
     }
@@ -104,9 +104,18 @@ pub fn config(node_name: &str, announce: &Announce) -> String {
         "cluster-require-full-coverage yes\n",
         "dir /data\n",
         "appendonly yes\n",
-        "protected-mode no\n",
+        "protected-mode yes\n",
         "repl-diskless-sync yes\n",
         "repl-diskless-sync-delay 0\n",
+    ));
+    // Users come from the aclfile; replicas log in to their primary as the
+    // replication user, whose password is in the system Secret's include.
+    c.push_str(&format!("aclfile {}/{}\n", paths::ACL_DIR, auth::ACL_FILE));
+    c.push_str(&format!("masteruser {}\n", auth::REPLICATION_USER));
+    c.push_str(&format!(
+        "include {}/{}\n",
+        paths::SYSTEM_DIR,
+        auth::REPLICATION_CONF
     ));
     let defaults = Announce::none(announce.tls).settings();
     for ((key, value), (_, default)) in announce.settings().into_iter().zip(defaults) {

@@ -18,6 +18,11 @@ impl Guest for Component {
     fn reconcile(input: w::Input) -> Result<w::Desired, w::Error> {
         let input = m::Input {
             cluster: cluster(input.cluster),
+            credentials: m::Credentials {
+                default_user: input.credentials.default_user,
+                operator: input.credentials.operator,
+                replication: input.credentials.replication,
+            },
             observed: m::Observed {
                 services: input
                     .observed
@@ -72,6 +77,30 @@ fn cluster(c: w::Cluster) -> m::Cluster {
                 w::EndpointType::Hostname => m::EndpointType::Hostname,
             },
         }),
+        users: c.users.into_iter().map(user_in).collect(),
+    }
+}
+
+fn user_in(u: w::User) -> m::User {
+    m::User {
+        name: u.name,
+        enabled: u.enabled,
+        password_secret: u.password_secret.map(|p| m::PasswordSecret {
+            name: p.name,
+            keys: p.keys,
+        }),
+        password_hashes: u.password_hashes,
+        nopass: u.nopass,
+        resetpass: u.resetpass,
+        commands_allow: u.commands_allow,
+        commands_deny: u.commands_deny,
+        keys: u.keys.map(|k| m::KeyPatterns {
+            read_write: k.read_write,
+            read_only: k.read_only,
+            write_only: k.write_only,
+        }),
+        channels: u.channels,
+        permissions: u.permissions,
     }
 }
 
@@ -254,6 +283,7 @@ fn desired(d: m::Desired) -> w::Desired {
                     .collect(),
             })
             .collect(),
+        acl: d.acl,
         workload: w::Workload {
             image: d.workload.image,
             command: d.workload.command,

@@ -10,6 +10,7 @@
 //! and benchmarks) and for `wasm32-wasip2`, where [`component`] exports it as
 //! the `shardgate:reconcile` WIT world.
 
+pub mod acl;
 pub mod announce;
 pub mod endpoints;
 pub mod services;
@@ -118,6 +119,7 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
         service_annotations,
         services,
         workload: workload(cluster),
+        acl: acl::render(cluster, &input.credentials),
         nodes: node_list,
         status: desired_status,
         warnings: violations,

@@ -34,6 +34,7 @@ fn input(c: Cluster, observed: Observed) -> Input {
         cluster: c,
         observed,
         other_clusters: vec![],
+        credentials: Default::default(),
     }
 }
 
@@ -611,6 +612,7 @@ fn name_collisions_with_other_clusters_are_errors() {
         cluster: c,
         observed: Observed::default(),
         other_clusters: vec!["demo-shard".into(), "demo-0".into(), "demo".into()],
+        credentials: Default::default(),
     };
     assert!(reconcile(&i).is_ok());
 }
@@ -628,4 +630,43 @@ fn output_ignores_observed_objects_out_of_range() {
         Observed::default(),
     );
     assert_eq!(a, b);
+}
+
+#[test]
+fn every_node_requires_a_login_whatever_the_exposure() {
+    for ea in [
+        None,
+        Some(ExternalAccess::default()),
+        Some(hostname_ea()),
+        Some(lb_ea()),
+    ] {
+        let exposed = ea.is_some();
+        let mut i = input(cluster(3, 1, ea), Observed::default());
+        i.credentials = Credentials {
+            default_user: Some("d".repeat(64)),
+            operator: "o".repeat(64),
+            replication: "r".repeat(64),
+        };
+        let d = reconcile(&i).unwrap();
+        for node in &d.nodes {
+            let c = &node.config;
+            assert!(c.contains("protected-mode yes\n"), "{exposed}: {c}");
+            assert!(c.contains("aclfile /etc/valkey/acl/users.acl\n"), "{c}");
+            assert!(c.contains("masteruser _replication\n"), "{c}");
+            assert!(!c.contains("protected-mode no"), "{c}");
+            assert!(
+                !c.contains("requirepass"),
+                "passwords are never in the config"
+            );
+        }
+        // The default user has the generated password and nothing logs in
+        // without one.
+        assert!(
+            d.acl
+                .starts_with(&format!("user default on #{} ", "d".repeat(64))),
+            "{}",
+            d.acl
+        );
+        assert!(!d.acl.contains("nopass"), "{}", d.acl);
+    }
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
+    reconcile_version();
     println!("cargo:rerun-if-env-changed=SHARDGATE_GUEST_WASM");
     if let Ok(prebuilt) = env::var("SHARDGATE_GUEST_WASM") {
         println!("cargo:rerun-if-changed={prebuilt}");
@@ -47,6 +48,22 @@ fn main() {
         .join("guest-build");
     let wasm = build_guest(&workspace, &target_dir);
     println!("cargo:rustc-env=SHARDGATE_GUEST_WASM={}", wasm.display());
+}
+
+/// Sets `SHARDGATE_RECONCILE_VERSION` to the version of the
+/// `shardgate:reconcile` package in `wit/reconcile.wit`, so the interface
+/// the host looks for is the one the contract declares.
+fn reconcile_version() {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let wit = manifest_dir.join("../../wit/reconcile.wit");
+    println!("cargo:rerun-if-changed={}", wit.display());
+    let text = std::fs::read_to_string(&wit).expect("reading wit/reconcile.wit");
+    let version = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("package shardgate:reconcile@"))
+        .and_then(|rest| rest.strip_suffix(';'))
+        .expect("wit/reconcile.wit declares `package shardgate:reconcile@VERSION;`");
+    println!("cargo:rustc-env=SHARDGATE_RECONCILE_VERSION={version}");
 }
 
 fn build_guest(workspace: &Path, target_dir: &Path) -> PathBuf {

@@ -5,9 +5,13 @@
 use shardgate_wasm::EMBEDDED_GUEST;
 
 /// The `misbehave` component (`tests/modules/misbehave`, built by
-/// `tests/build.rs`): exports the reconcile world; traps, loops forever or
-/// allocates without bound for clusters named `trap`, `loop` and `alloc`,
-/// and refuses every other name.
+/// `tests/build.rs`): exports the reconcile world; for clusters named
+/// `trap`, `loop` and `alloc` it traps, loops forever or allocates without
+/// bound; for `sleep`, `poll`, `stdin` and `exit` it sleeps an hour, polls
+/// an hour-long timer, reads standard input to its end or calls `exit(3)`
+/// (status 1 under WASI 0.2). It refuses every other name (and `stdin`,
+/// once its read returns, saying how many bytes it read) with a violation
+/// of `metadata.name`.
 pub static MISBEHAVE: &[u8] = include_bytes!(env!("MISBEHAVE_WASM"));
 
 /// The embedded guest with a custom section appended: the same logic under

@@ -22,6 +22,54 @@ fn ip() -> impl Strategy<Value = IpAddress> {
     ]
 }
 
+/// A SHA-256 hex digest, or now and then something that is not one.
+fn digest() -> impl Strategy<Value = String> {
+    prop_oneof![9 => "[0-9a-f]{64}", 1 => "[0-9a-zA-Z ]{0,8}"]
+}
+
+/// `spec.users[]` with the host's digests: mostly valid users, with the odd
+/// reserved or malformed name, rule injection or `nopass`.
+pub fn user() -> impl Strategy<Value = User> {
+    (
+        prop_oneof![8 => "[a-z][a-z0-9-]{0,8}", 1 => Just("default".to_string()), 1 => "[_ a-z#~]{0,6}"],
+        prop::bool::weighted(0.9),
+        vec(digest(), 0..3),
+        prop::bool::weighted(0.1),
+        vec(prop_oneof!["@(read|write|all|admin)", "[a-z]{3,8}", "[a-z ]{0,6}"], 0..3),
+        vec("@(dangerous|admin)", 0..2),
+        option::of(("[a-z*:]{1,6}", "[a-z*:]{0,6}").prop_map(|(rw, ro)| KeyPatterns {
+            read_write: vec![rw],
+            read_only: if ro.is_empty() { vec![] } else { vec![ro] },
+            write_only: vec![],
+        })),
+        option::weighted(0.1, "[-+~&a-z@ ]{0,10}"),
+    )
+        .prop_map(|(name, enabled, password_hashes, nopass, allow, deny, keys, permissions)| User {
+            name,
+            enabled,
+            password_secret: None,
+            password_hashes,
+            nopass,
+            resetpass: false,
+            commands_allow: allow,
+            commands_deny: deny,
+            keys,
+            channels: vec![],
+            permissions,
+        })
+}
+
+/// The host's generated digests; mostly all present.
+pub fn credentials() -> impl Strategy<Value = Credentials> {
+    (option::weighted(0.9, digest()), digest(), digest()).prop_map(
+        |(default_user, operator, replication)| Credentials {
+            default_user,
+            operator,
+            replication,
+        },
+    )
+}
+
 /// `spec.externalAccess`: mostly enabled and valid, with the odd invalid
 /// prefix or domain.
 pub fn external_access() -> impl Strategy<Value = ExternalAccess> {
@@ -60,8 +108,9 @@ pub fn cluster() -> impl Strategy<Value = Cluster> {
         option::of(prop_oneof!["valkey/valkey:[0-9]\\.[0-9]", "[ a-z]{0,3}"]),
         option::weighted(0.2, "[a-z]{1,8}-tls"),
         option::weighted(0.8, external_access()),
+        vec(user(), 0..3),
     )
-        .prop_map(|(name, shards, replicas, image, tls, ea)| Cluster {
+        .prop_map(|(name, shards, replicas, image, tls, ea, users)| Cluster {
             name,
             namespace: "default".into(),
             shards,
@@ -70,6 +119,7 @@ pub fn cluster() -> impl Strategy<Value = Cluster> {
             resources: None,
             tls,
             external_access: ea,
+            users,
         })
 }
 
@@ -118,12 +168,17 @@ pub fn input() -> impl Strategy<Value = Input> {
     cluster().prop_flat_map(|c| {
         let shards = c.shards.clamp(0, 8) as u32;
         let nodes = c.replicas.clamp(0, 4) as u32 + 1;
-        (Just(c), observed(shards, nodes), vec(name(), 0..3)).prop_map(
-            |(cluster, observed, other_clusters)| Input {
+        (
+            Just(c),
+            observed(shards, nodes),
+            vec(name(), 0..3),
+            credentials(),
+        )
+            .prop_map(|(cluster, observed, other_clusters, credentials)| Input {
                 cluster,
                 observed,
                 other_clusters,
-            },
-        )
+                credentials,
+            })
     })
 }

@@ -11,9 +11,11 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::io::AsyncDNSResolver;
-use redis::{AsyncCommands, RedisResult, Value};
+use redis::{AsyncCommands, IntoConnectionInfo, RedisResult, Value};
 
 use crate::wait;
+
+pub use shardgate_valkey::Login;
 
 /// How many keys each data-path check writes and reads back.
 pub const KEYS: usize = 10_000;
@@ -100,9 +102,22 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection to the one node at `addr` (it follows no redirect), with
-/// [`CONNECT_TIMEOUT`] and [`RESPONSE_TIMEOUT`].
-pub async fn connect(addr: SocketAddr) -> RedisResult<MultiplexedConnection> {
-    let client = redis::Client::open((addr.ip().to_string(), addr.port()))?;
+/// [`CONNECT_TIMEOUT`] and [`RESPONSE_TIMEOUT`], logged in as `login` when
+/// there is one.
+pub async fn connect(
+    addr: SocketAddr,
+    login: Option<&Login>,
+) -> RedisResult<MultiplexedConnection> {
+    let mut info = (addr.ip().to_string(), addr.port()).into_connection_info()?;
+    if let Some(l) = login {
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_username(&l.username)
+            .set_password(&l.password);
+        info = info.set_redis_settings(settings);
+    }
+    let client = redis::Client::open(info)?;
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(Some(RESPONSE_TIMEOUT));
@@ -113,9 +128,13 @@ pub async fn connect(addr: SocketAddr) -> RedisResult<MultiplexedConnection> {
 
 /// Waits (up to `deadline`) until the node at `addr` answers `PING` with
 /// `PONG`, and returns the connection that got it.
-pub async fn wait_for_pong(addr: SocketAddr, deadline: Duration) -> MultiplexedConnection {
+pub async fn wait_for_pong(
+    addr: SocketAddr,
+    login: Option<&Login>,
+    deadline: Duration,
+) -> MultiplexedConnection {
     wait::until_async(&format!("{addr} to answer PING"), deadline, || async move {
-        let mut c = connect(addr).await.ok()?;
+        let mut c = connect(addr, login).await.ok()?;
         let pong = redis::cmd("PING").query_async::<String>(&mut c).await;
         pong.is_ok_and(|p| p == "PONG").then_some(c)
     })
@@ -123,24 +142,36 @@ pub async fn wait_for_pong(addr: SocketAddr, deadline: Duration) -> MultiplexedC
 }
 
 /// A cluster client given only `seed` (`host:port`): it learns every other
-/// node from the cluster. With [`CONNECT_TIMEOUT`] and [`RESPONSE_TIMEOUT`].
-pub async fn cluster_client(seed: &str) -> ClusterConnection {
-    open_cluster(seed, cluster_builder(seed)).await
+/// node from the cluster. With [`CONNECT_TIMEOUT`] and [`RESPONSE_TIMEOUT`],
+/// logged in as `login` on every node when there is one.
+pub async fn cluster_client(seed: &str, login: Option<&Login>) -> ClusterConnection {
+    open_cluster(seed, cluster_builder(seed, login)).await
 }
 
 /// [`cluster_client`], resolving the hostnames nodes announce with
 /// `resolver`.
 pub async fn cluster_client_resolving(
     seed: &str,
+    login: Option<&Login>,
     resolver: impl AsyncDNSResolver,
 ) -> ClusterConnection {
-    open_cluster(seed, cluster_builder(seed).async_dns_resolver(resolver)).await
+    open_cluster(
+        seed,
+        cluster_builder(seed, login).async_dns_resolver(resolver),
+    )
+    .await
 }
 
-fn cluster_builder(seed: &str) -> ClusterClientBuilder {
-    ClusterClientBuilder::new(vec![format!("redis://{seed}/")])
+fn cluster_builder(seed: &str, login: Option<&Login>) -> ClusterClientBuilder {
+    let builder = ClusterClientBuilder::new(vec![format!("redis://{seed}/")])
         .connection_timeout(CONNECT_TIMEOUT)
-        .response_timeout(RESPONSE_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT);
+    match login {
+        Some(l) => builder
+            .username(l.username.clone())
+            .password(l.password.clone()),
+        None => builder,
+    }
 }
 
 async fn open_cluster(seed: &str, builder: ClusterClientBuilder) -> ClusterConnection {

@@ -22,8 +22,8 @@ use shardgate_sandbox::stack::{Endpoint, Options, Ready, Sandbox};
 use shardgate_tests::harness;
 use shardgate_tests::scratch::ScratchDir;
 use shardgate_tests::valkey::{
-    cluster_client, cluster_client_resolving, cluster_slots, connect, read_keys, reply_field,
-    write_keys,
+    Login, cluster_client, cluster_client_resolving, cluster_slots, connect, read_keys,
+    reply_field, write_keys,
 };
 use shardgate_tests::wait;
 use tokio::sync::Mutex;
@@ -101,18 +101,29 @@ fn seed(e: &Endpoint) -> String {
     format!("{}:{}", e.host, e.port)
 }
 
-async fn plain(addr: SocketAddr) -> MultiplexedConnection {
-    connect(addr)
+/// The `default` user's login the sandbox generated for `ready`'s cluster.
+fn login_of(ready: &Ready) -> Login {
+    Login {
+        username: ready.username.clone(),
+        password: ready
+            .password
+            .clone()
+            .expect("the sandbox reports the default user's password"),
+    }
+}
+
+async fn plain(addr: SocketAddr, login: &Login) -> MultiplexedConnection {
+    connect(addr, Some(login))
         .await
         .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"))
 }
 
 /// Every address `CLUSTER SLOTS` (at `via`) and a `MOVED` redirect give is
 /// one of `endpoints`, and the primaries cover all 16384 slots.
-async fn assert_only_external(via: SocketAddr, endpoints: &[Endpoint]) {
+async fn assert_only_external(via: SocketAddr, endpoints: &[Endpoint], login: &Login) {
     let allowed: BTreeSet<(String, u16)> =
         endpoints.iter().map(|e| (e.host.clone(), e.port)).collect();
-    let mut c = plain(via).await;
+    let mut c = plain(via, login).await;
     let slots = cluster_slots(&mut c).await;
     let mut covered = BTreeSet::new();
     for (lo, hi, host, port) in &slots {
@@ -155,17 +166,18 @@ async fn assert_only_external(via: SocketAddr, endpoints: &[Endpoint]) {
 /// every key written and read back, only external addresses learned.
 async fn prove_data_path(sandbox: &Sandbox, ready: &Ready, tag: &str) -> usize {
     let resolver = hosts(sandbox, &ready.endpoints);
-    let conn = cluster_client_resolving(&seed(&ready.endpoints[0]), resolver).await;
+    let login = login_of(ready);
+    let conn = cluster_client_resolving(&seed(&ready.endpoints[0]), Some(&login), resolver).await;
     write_keys(&conn, tag).await;
     let verified = read_keys(&conn, tag).await;
     for e in &ready.endpoints {
-        assert_only_external(e.address, &ready.endpoints).await;
+        assert_only_external(e.address, &ready.endpoints, &login).await;
     }
     verified
 }
 
-async fn role(addr: SocketAddr) -> String {
-    replication_role(&mut plain(addr).await)
+async fn role(addr: SocketAddr, login: &Login) -> String {
+    replication_role(&mut plain(addr, login).await)
         .await
         .unwrap_or_else(|| panic!("INFO replication at {addr}"))
 }
@@ -206,6 +218,7 @@ async fn ip_mode_nodeports_failover_then_disable() {
         json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
     );
     let (sandbox, ready, _work) = start(&yaml).await;
+    let login = login_of(&ready);
     assert_eq!(ready.endpoints.len(), 6);
     for e in &ready.endpoints {
         assert_eq!(e.host, "127.0.0.1", "ip mode announces the node IP");
@@ -218,7 +231,7 @@ async fn ip_mode_nodeports_failover_then_disable() {
     let kubelet = sandbox.kubelet();
     let mut primary = None;
     for node in 0..2 {
-        if role(pod_addr(&sandbox, 0, node)).await == "master" {
+        if role(pod_addr(&sandbox, 0, node), &login).await == "master" {
             primary = Some(node);
         }
     }
@@ -229,7 +242,7 @@ async fn ip_mode_nodeports_failover_then_disable() {
     kubelet.kill(&victim);
     let replica_addr = pod_addr(&sandbox, 0, replica);
     eventually("the replica to take over", || async {
-        role(replica_addr).await == "master"
+        role(replica_addr, &login).await == "master"
     })
     .await;
     let survivor = ready
@@ -237,7 +250,7 @@ async fn ip_mode_nodeports_failover_then_disable() {
         .iter()
         .find(|e| !(e.shard == 0 && e.node == primary))
         .unwrap();
-    let conn = cluster_client(&seed(survivor)).await;
+    let conn = cluster_client(&seed(survivor), Some(&login)).await;
     eventually("every slot to be served again", || {
         let conn = conn.clone();
         async move {
@@ -248,11 +261,11 @@ async fn ip_mode_nodeports_failover_then_disable() {
     .await;
     let verified = read_keys(&conn, "ip").await;
     println!("ipmode: {verified} keys read after failover");
-    assert_only_external(survivor.address, &ready.endpoints).await;
+    assert_only_external(survivor.address, &ready.endpoints, &login).await;
     // The old primary comes back as a replica; the cluster is ready again.
     kubelet.hold(&victim, false);
     sandbox.wait_ready(READY).await.unwrap();
-    assert_eq!(role(pod_addr(&sandbox, 0, primary)).await, "slave");
+    assert_eq!(role(pod_addr(&sandbox, 0, primary), &login).await, "slave");
 
     // --- disable external access on the live cluster.
     let pids = kubelet.pids();
@@ -270,7 +283,7 @@ async fn ip_mode_nodeports_failover_then_disable() {
             .iter()
             .filter(|s| s["spec"]["type"] == "NodePort")
             .count();
-        let mut c = plain(inside).await;
+        let mut c = plain(inside, &login).await;
         let slots = cluster_slots(&mut c).await;
         let announces_external = slots.iter().any(|(_, _, h, _)| h == "127.0.0.1");
         assert!(
@@ -289,10 +302,10 @@ async fn ip_mode_nodeports_failover_then_disable() {
     let after: Vec<u32> = pids.keys().map(|p| kubelet.restarts(p)).collect();
     assert_eq!(after, restarts);
     // Clients inside the cluster now learn pod IPs.
-    let conn = cluster_client(&inside.to_string()).await;
+    let conn = cluster_client(&inside.to_string(), Some(&login)).await;
     let verified = read_keys(&conn, "ip").await;
     println!("ipmode: {verified} keys read on pod IPs after disable");
-    let mut c = plain(inside).await;
+    let mut c = plain(inside, &login).await;
     for (_, _, host, port) in cluster_slots(&mut c).await {
         assert!(host.starts_with("127.0.1."), "pod IP announced: {host}");
         assert_eq!(port, 6379);
@@ -370,12 +383,13 @@ async fn scale_in_moves_slots_before_removing_services() {
         json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
     );
     let (sandbox, ready, _work) = start(&yaml).await;
+    let login = login_of(&ready);
     let verified = prove_data_path(&sandbox, &ready, "scale").await;
     println!("scalein: {verified} keys written before scale-in");
     let departing: BTreeSet<String> = {
         let mut ids = BTreeSet::new();
         for node in 0..2 {
-            let mut c = plain(pod_addr(&sandbox, 2, node)).await;
+            let mut c = plain(pod_addr(&sandbox, 2, node), &login).await;
             ids.insert(
                 redis::cmd("CLUSTER")
                     .arg("MYID")
@@ -395,7 +409,7 @@ async fn scale_in_moves_slots_before_removing_services() {
             .emulator()
             .get("services", "default", &service)
             .is_some();
-        let mut c = plain(watcher).await;
+        let mut c = plain(watcher, &login).await;
         let nodes: String = redis::cmd("CLUSTER")
             .arg("NODES")
             .query_async(&mut c)
@@ -418,14 +432,14 @@ async fn scale_in_moves_slots_before_removing_services() {
     assert!(saw_migration.load(Ordering::Relaxed));
     let ready = sandbox.wait_ready(READY).await.unwrap();
     assert_eq!(ready.endpoints.len(), 4);
-    let conn = cluster_client(&seed(&ready.endpoints[0])).await;
+    let conn = cluster_client(&seed(&ready.endpoints[0]), Some(&login)).await;
     let verified = read_keys(&conn, "scale").await;
     println!("scalein: {verified} keys read back after scale-in");
     for e in &ready.endpoints {
-        assert_only_external(e.address, &ready.endpoints).await;
+        assert_only_external(e.address, &ready.endpoints, &login).await;
     }
     // The departing nodes are gone from the cluster and from the machine.
-    let mut c = plain(watcher).await;
+    let mut c = plain(watcher, &login).await;
     let nodes: String = redis::cmd("CLUSTER")
         .arg("NODES")
         .query_async(&mut c)
@@ -449,7 +463,7 @@ async fn scale_in_moves_slots_before_removing_services() {
         .filter(|e| e.shard == 2)
         .map(|e| (e.host.clone(), e.port))
         .collect();
-    let mut c = plain(ready.endpoints[0].address).await;
+    let mut c = plain(ready.endpoints[0].address, &login).await;
     // A range is listed once per node serving it (primary, and replicas
     // once the observing node has seen them synced): count each range once.
     let ranges: BTreeSet<(u32, u32)> = cluster_slots(&mut c)
@@ -460,7 +474,7 @@ async fn scale_in_moves_slots_before_removing_services() {
         .collect();
     let served: u32 = ranges.iter().map(|(lo, hi)| hi - lo + 1).sum();
     assert_eq!(served, 5461, "shard 2 serves its share again");
-    let conn = cluster_client(&seed(&ready.endpoints[0])).await;
+    let conn = cluster_client(&seed(&ready.endpoints[0]), Some(&login)).await;
     let verified = read_keys(&conn, "scale").await;
     println!("scalein: {verified} keys read back after scaling out again");
     sandbox.shutdown().await;
@@ -479,6 +493,7 @@ async fn image_change_rolls_one_node_at_a_time_replicas_first() {
         json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
     );
     let (sandbox, ready, _work) = start(&yaml).await;
+    let login = login_of(&ready);
     let verified = prove_data_path(&sandbox, &ready, "roll").await;
     println!("rolling: {verified} keys written before the image change");
     let kubelet = sandbox.kubelet();
@@ -497,6 +512,7 @@ async fn image_change_rolls_one_node_at_a_time_replicas_first() {
                 (pod.clone(), pod_addr(&sandbox, shard, node))
             })
             .collect(),
+        &login,
     )
     .await;
     let mut restarted: Vec<(String, String)> = Vec::new();
@@ -526,7 +542,7 @@ async fn image_change_rolls_one_node_at_a_time_replicas_first() {
         assert_eq!(role, "slave", "{pod} was a {role} when it went down");
     }
     let ready = sandbox.wait_ready(READY).await.unwrap();
-    let conn = cluster_client(&seed(&ready.endpoints[0])).await;
+    let conn = cluster_client(&seed(&ready.endpoints[0]), Some(&login)).await;
     let verified = read_keys(&conn, "roll").await;
     println!("rolling: {verified} keys read back after the roll");
     sandbox.shutdown().await;
@@ -544,11 +560,11 @@ struct RoleWatch {
 }
 
 impl RoleWatch {
-    async fn start(addrs: BTreeMap<String, SocketAddr>) -> Self {
+    async fn start(addrs: BTreeMap<String, SocketAddr>, login: &Login) -> Self {
         let last = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
         let mut tasks = Vec::new();
         for (pod, addr) in addrs {
-            let mut conn = plain(addr).await;
+            let mut conn = plain(addr, login).await;
             let first = replication_role(&mut conn)
                 .await
                 .expect("role before the roll");
@@ -592,4 +608,184 @@ async fn replication_role(conn: &mut MultiplexedConnection) -> Option<String> {
 fn parse_pod(pod: &str) -> (u32, u32) {
     let parts: Vec<&str> = pod.rsplitn(4, '-').collect();
     (parts[2].parse().unwrap(), parts[1].parse().unwrap())
+}
+
+// ---------------------------------------------------------------- auth
+
+/// Sets `key` of Secret `name` in the sandbox's namespace, as a user would
+/// with `kubectl patch`.
+async fn set_secret_key(sandbox: &Sandbox, name: &str, key: &str, value: &str) {
+    let client = sandbox.emulator().client().await.unwrap();
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client, sandbox.namespace());
+    secrets
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"stringData": {key: value}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patching Secret {name}: {e}"));
+}
+
+/// What `GET probe` answers on a connection to `addr` logged in as `login`
+/// (or not at all): `Ok` or the server's error.
+async fn try_get(addr: SocketAddr, login: Option<&Login>) -> Result<(), String> {
+    let mut c = connect(addr, login).await.map_err(|e| e.to_string())?;
+    redis::cmd("GET")
+        .arg("probe")
+        .query_async::<Option<String>>(&mut c)
+        .await
+        .map(drop)
+        .or_else(|e| {
+            // A key another node serves is an answer too.
+            if e.redirect_node().is_some() {
+                Ok(())
+            } else {
+                Err(e.to_string())
+            }
+        })
+}
+
+/// Every endpoint lets `login` in.
+async fn all_let_in(endpoints: &[Endpoint], login: &Login) -> bool {
+    for e in endpoints {
+        if try_get(e.address, Some(login)).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Every endpoint refuses `login`, with an error that contains `why`.
+async fn assert_all_refuse(endpoints: &[Endpoint], login: Option<&Login>, why: &str) {
+    for e in endpoints {
+        match try_get(e.address, login).await {
+            Err(message) if message.contains(why) => {}
+            other => panic!(
+                "{}: expected a refusal with {why}, got {other:?}",
+                e.address
+            ),
+        }
+    }
+}
+
+fn user_login(username: &str, password: &str) -> Login {
+    Login {
+        username: username.into(),
+        password: password.into(),
+    }
+}
+
+/// Authentication is always on: every external endpoint refuses a client
+/// that has not logged in and one with a wrong password. A user of
+/// `spec.users` whose password Secret is missing refuses the spec, naming
+/// the field, and nothing changes; once the Secret has the key, the user can
+/// log in on every node with exactly its permissions (a read-only key
+/// pattern refuses writes). Its password is then rotated by adding a second
+/// key and removing the first: the old password stops working, the new one
+/// works throughout, and no Valkey process is restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_is_required_and_users_rotate_without_restarts() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let yaml = cluster_yaml(
+        "auth",
+        2,
+        1,
+        json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
+    );
+    let (sandbox, ready, _work) = start(&yaml).await;
+    let login = login_of(&ready);
+    let endpoints = ready.endpoints.clone();
+    let users = shardgate_contract::names::users_secret(sandbox.name());
+
+    // --- nobody gets in without the password, on any endpoint.
+    assert_all_refuse(&endpoints, None, "NOAUTH").await;
+    let wrong = user_login("default", "not-the-password");
+    assert_all_refuse(&endpoints, Some(&wrong), "AuthenticationFailed").await;
+    assert!(
+        all_let_in(&endpoints, &login).await,
+        "the generated password"
+    );
+    let verified = prove_data_path(&sandbox, &ready, "auth").await;
+    println!("auth: {verified} keys verified as default");
+    let kubelet = sandbox.kubelet();
+    let pids = kubelet.pids();
+
+    // --- a user whose password is missing: the spec is refused, by field.
+    sandbox
+        .patch_spec(json!({"users": [{
+            "name": "reader",
+            "keys": {"readOnly": ["*"]},
+            "commands": {"allow": ["@read", "@write", "@connection", "cluster|slots"]},
+        }]}))
+        .await
+        .unwrap();
+    eventually("the spec refused for the missing password", || async {
+        let vc = sandbox.api().get(sandbox.name()).await.unwrap();
+        let status = vc.status.unwrap_or_default();
+        // (observedGeneration stays at the last generation applied)
+        status.conditions.iter().any(|c| {
+            c.type_ == "Degraded"
+                && c.reason == "InvalidSpec"
+                && c.message.contains("spec.users[0].passwordSecret")
+        })
+    })
+    .await;
+    assert_eq!(kubelet.pids(), pids, "a refused spec restarts nothing");
+    assert!(all_let_in(&endpoints, &login).await, "default is untouched");
+
+    // --- the password arrives: reader logs in everywhere, reads, can't write.
+    set_secret_key(&sandbox, &users, "reader", "reader-password-1").await;
+    let ready = sandbox.wait_ready(READY).await.unwrap();
+    let reader = user_login("reader", "reader-password-1");
+    assert!(
+        all_let_in(&ready.endpoints, &reader).await,
+        "reader logs in"
+    );
+    let conn = cluster_client(&seed(&ready.endpoints[0]), Some(&reader)).await;
+    let verified = read_keys(&conn, "auth").await;
+    println!("auth: {verified} keys read as reader");
+    let mut c = conn.clone();
+    let write = c.set::<_, _, ()>("key-1", "overwritten").await;
+    let refused = write.expect_err("a read-only user cannot write");
+    assert!(
+        refused
+            .to_string()
+            .contains("No permissions to access a key"),
+        "{refused}"
+    );
+
+    // --- rotation: a second key, then the first removed; no restart.
+    sandbox
+        .patch_spec(json!({"users": [{
+            "name": "reader",
+            "passwordSecret": {"keys": ["reader", "reader-next"]},
+            "keys": {"readOnly": ["*"]},
+            "commands": {"allow": ["@read", "@write", "@connection", "cluster|slots"]},
+        }]}))
+        .await
+        .unwrap();
+    set_secret_key(&sandbox, &users, "reader-next", "reader-password-2").await;
+    let next = user_login("reader", "reader-password-2");
+    eventually("both passwords accepted on every node", || async {
+        all_let_in(&endpoints, &reader).await && all_let_in(&endpoints, &next).await
+    })
+    .await;
+    sandbox
+        .patch_spec(json!({"users": [{
+            "name": "reader",
+            "passwordSecret": {"keys": ["reader-next"]},
+            "keys": {"readOnly": ["*"]},
+            "commands": {"allow": ["@read", "@write", "@connection", "cluster|slots"]},
+        }]}))
+        .await
+        .unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    // Ready means every node has loaded the users of this generation.
+    assert_all_refuse(&endpoints, Some(&reader), "AuthenticationFailed").await;
+    assert!(all_let_in(&endpoints, &next).await, "new password");
+    assert!(all_let_in(&endpoints, &login).await, "default throughout");
+    assert_eq!(kubelet.pids(), pids, "no Valkey process was restarted");
+    sandbox.shutdown().await;
 }

@@ -48,6 +48,7 @@ fn cluster(domain: Option<&str>) -> Cluster {
             domain: domain.map(String::from),
             preferred_endpoint_type: EndpointType::Hostname,
         }),
+        users: vec![],
     }
 }
 

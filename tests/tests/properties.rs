@@ -159,6 +159,7 @@ fn prefix_related_cluster_names_do_not_collide() {
             cluster: base.clone(),
             observed: Observed::default(),
             other_clusters: vec![other.into()],
+            credentials: Default::default(),
         };
         assert!(reconcile(&input).is_ok());
     }

@@ -19,12 +19,14 @@ use kube::api::{Api, DeleteParams};
 use kube_emulator::Emulator;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
+use shardgate_contract::{auth, names};
 use shardgate_sandbox::kubelet::{Kubelet, KubeletOptions};
 use shardgate_sandbox::proxy::{Proxy, ProxyOptions};
 use shardgate_sandbox::server_binary;
+use shardgate_sandbox::stack::secret_value;
 use shardgate_tests::harness::{NS, Operator, cluster, condition_true, create, emulator};
 use shardgate_tests::scratch::ScratchDir;
-use shardgate_tests::valkey::{connect, info_field, wait_for_pong};
+use shardgate_tests::valkey::{Login, connect, info_field, wait_for_pong};
 use shardgate_tests::wait;
 
 const CLUSTER: &str = "parts";
@@ -42,19 +44,19 @@ async fn eventually<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
     wait::until(what, WAIT, check).await
 }
 
-async fn ping(addr: SocketAddr) -> redis::RedisResult<String> {
-    let mut c = connect(addr).await?;
+async fn ping(addr: SocketAddr, login: Option<&Login>) -> redis::RedisResult<String> {
+    let mut c = connect(addr, login).await?;
     redis::cmd("PING").query_async(&mut c).await
 }
 
 /// Waits until `addr` answers PING.
-async fn wait_ping(addr: SocketAddr) {
-    wait_for_pong(addr, WAIT).await;
+async fn wait_ping(addr: SocketAddr, login: Option<&Login>) {
+    wait_for_pong(addr, login, WAIT).await;
 }
 
 /// A connection to `addr`, which must take it.
-async fn node(addr: SocketAddr) -> MultiplexedConnection {
-    connect(addr)
+async fn node(addr: SocketAddr, login: Option<&Login>) -> MultiplexedConnection {
+    connect(addr, login)
         .await
         .unwrap_or_else(|e| panic!("{addr}: {e}"))
 }
@@ -65,8 +67,8 @@ async fn process_id(c: &mut MultiplexedConnection) -> u32 {
 }
 
 /// Who answers at `addr`: `(process_id, CLUSTER MYID)`.
-async fn identity(addr: SocketAddr) -> (u32, String) {
-    let mut c = node(addr).await;
+async fn identity(addr: SocketAddr, login: &Login) -> (u32, String) {
+    let mut c = node(addr, Some(login)).await;
     let pid = process_id(&mut c).await;
     let id: String = redis::cmd("CLUSTER")
         .arg("MYID")
@@ -105,7 +107,7 @@ fn ready(pod: &Value) -> bool {
 
 /// Each shard's pod name, once every pod runs, is Ready in the emulator
 /// with the IP the kubelet gave it, and answers PING.
-async fn running_pods(emu: &Emulator, kubelet: &Kubelet) -> BTreeMap<usize, String> {
+async fn running_pods(emu: &Emulator, kubelet: &Kubelet, login: &Login) -> BTreeMap<usize, String> {
     let names: BTreeMap<usize, String> = eventually("every pod running and Ready", || {
         let pods = pods_by_shard(emu);
         let pids = kubelet.pids();
@@ -121,7 +123,7 @@ async fn running_pods(emu: &Emulator, kubelet: &Kubelet) -> BTreeMap<usize, Stri
     })
     .await;
     for name in names.values() {
-        wait_ping(pod_addr(kubelet.pod_ip(name).unwrap())).await;
+        wait_ping(pod_addr(kubelet.pod_ip(name).unwrap()), Some(login)).await;
     }
     names
 }
@@ -179,6 +181,15 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
     let op = Operator::start(&emu, "sandbox-parts").await;
     let spec = json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"});
     create(&emu, cluster(CLUSTER, SHARDS as i32, 0, spec)).await;
+    // The `default` user's password, which the operator generates.
+    let login = eventually("the operator's users Secret", || {
+        let password = secret_value(&emu, NS, &names::users_secret(CLUSTER), auth::DEFAULT_USER)?;
+        Some(Login {
+            username: auth::DEFAULT_USER.into(),
+            password,
+        })
+    })
+    .await;
     // Kept if the test fails: the pods' `server.log`s are in it.
     let work = ScratchDir::unmade("sandbox-parts");
     let kubelet = start_kubelet(&emu, binary, &work, POD_NETWORK);
@@ -195,7 +206,7 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
 
     // 1. Every pod: its own valkey-server on its own pod IP, Ready in the
     //    emulator with that podIP and hostIP 127.0.0.1.
-    let pods = running_pods(&emu, &kubelet).await;
+    let pods = running_pods(&emu, &kubelet, &login).await;
     let mut node_ids = BTreeMap::new();
     let mut ips = BTreeSet::new();
     for (shard, name) in &pods {
@@ -207,7 +218,7 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
         assert_eq!(pod["status"]["hostIP"], NODE_IP.to_string());
         assert!(ready(&pod), "{name} is Ready");
         let pid = kubelet.pids()[name];
-        let (answering, id) = identity(pod_addr(ip)).await;
+        let (answering, id) = identity(pod_addr(ip), &login).await;
         assert_eq!(
             answering, pid,
             "{name}: {ip}:{PORT} is served by its own process"
@@ -238,7 +249,7 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
         .await;
         let name = &pods[shard];
         assert_eq!(
-            identity(via).await,
+            identity(via, &login).await,
             (kubelet.pids()[name], node_ids[shard].clone()),
             "NodePort {node_port} reaches shard {shard}'s pod {name}"
         );
@@ -258,9 +269,9 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
     assert!(!pid_alive(old_pid), "the killed process is reaped");
     seen_pids.insert(new_pid);
     assert_eq!(kubelet.pod_ip(victim), Some(ip), "same IP after a restart");
-    wait_ping(pod_addr(ip)).await;
+    wait_ping(pod_addr(ip), Some(&login)).await;
     assert_eq!(
-        identity(pod_addr(ip)).await,
+        identity(pod_addr(ip), &login).await,
         (new_pid, node_ids[&0].clone())
     );
     eventually("the restarted pod Ready again", || {
@@ -268,7 +279,7 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
     })
     .await;
     let via0 = SocketAddr::from((NODE_IP, ports[&0]));
-    assert_eq!(identity(via0).await.0, new_pid);
+    assert_eq!(identity(via0, &login).await.0, new_pid);
 
     // 4. Held down: not Ready, and the NodePort refuses the connection (no
     //    endpoint) with an error naming the Service and the pod; released,
@@ -283,7 +294,7 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!kubelet.pids().contains_key(victim), "held: not restarted");
     assert!(
-        ping(via0).await.is_err(),
+        ping(via0, Some(&login)).await.is_err(),
         "no endpoint: the proxy closes the connection"
     );
     let refusal = eventually("the proxy's refusal recorded", || {
@@ -298,7 +309,7 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
         "{refusal}"
     );
     kubelet.hold(victim, false);
-    wait_ping(via0).await;
+    wait_ping(via0, Some(&login)).await;
     assert_eq!(kubelet.restarts(victim), 2);
     seen_pids.insert(kubelet.pids()[victim]);
 
@@ -313,16 +324,16 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
         .delete(other, &DeleteParams::default())
         .await
         .unwrap();
-    let recreated = running_pods(&emu, &kubelet).await;
+    let recreated = running_pods(&emu, &kubelet, &login).await;
     assert_eq!(&recreated[&1], other, "recreated under the same name");
     let new_ip = kubelet.pod_ip(other).unwrap();
     assert_ne!(new_ip, other_ip, "a recreated pod gets the next free IP");
     assert!(!pid_alive(other_pid), "the deleted pod's process is gone");
-    let (pid, id) = identity(pod_addr(new_ip)).await;
+    let (pid, id) = identity(pod_addr(new_ip), &login).await;
     seen_pids.insert(pid);
     assert_ne!(id, node_ids[&1], "a fresh emptyDir: a new node ID");
     let via1 = SocketAddr::from((NODE_IP, ports[&1]));
-    assert_eq!(identity(via1).await, (pid, id));
+    assert_eq!(identity(via1, &login).await, (pid, id));
 
     // 6. Shutdown leaves no process behind.
     assert_eq!(kubelet.errors(), Vec::<String>::new(), "kubelet errors");
@@ -340,7 +351,10 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
         .filter(|&p| pid_alive(p))
         .collect();
     assert!(alive.is_empty(), "still running after shutdown: {alive:?}");
-    assert!(ping(via0).await.is_err(), "the NodePort listener is closed");
+    assert!(
+        ping(via0, Some(&login)).await.is_err(),
+        "the NodePort listener is closed"
+    );
     op.stop().await;
     if let Ok(emu) = Arc::try_unwrap(emu) {
         emu.shutdown().await;
@@ -460,5 +474,5 @@ async fn kubelet_reports_bad_pods_once_and_recovers() {
 /// The process_id answering at `addr` (a server outside cluster mode has no
 /// CLUSTER MYID).
 async fn identity_pid(addr: SocketAddr) -> u32 {
-    process_id(&mut node(addr).await).await
+    process_id(&mut node(addr, None).await).await
 }

@@ -143,7 +143,7 @@ async fn form_cluster() -> (Cluster3, Vec<MultiplexedConnection>) {
     };
     let mut conns = Vec::new();
     for (i, server) in cluster.servers.iter().enumerate() {
-        let mut c = wait_for_pong(pod_addr(i), WAIT).await;
+        let mut c = wait_for_pong(pod_addr(i), None, WAIT).await;
         // Not someone else's server (a leftover of a killed run, say).
         let pid = info_field(&mut c, "server", "process_id").await;
         assert_eq!(
@@ -283,6 +283,7 @@ fn announce_settings(node_ports: Option<&[u16]>) -> Vec<Vec<(String, String)>> {
         },
         observed,
         other_clusters: Vec::new(),
+        credentials: Default::default(),
     };
     let desired = shardgate_guest::reconcile(&input).expect("the guest accepts the input");
     assert_eq!(desired.nodes.len(), SHARDS);
@@ -302,7 +303,7 @@ fn announce_settings(node_ports: Option<&[u16]>) -> Vec<Vec<(String, String)>> {
 /// Every `(host, port)` in `CLUSTER SLOTS` as answered at `via`, primaries and
 /// replicas alike, with the slot ranges of each.
 async fn cluster_slots(via: SocketAddr) -> Vec<(u32, u32, String, u16)> {
-    let mut c = connect(via)
+    let mut c = connect(via, None)
         .await
         .unwrap_or_else(|e| panic!("connecting to {via}: {e}"));
     shardgate_tests::valkey::cluster_slots(&mut c).await
@@ -329,7 +330,7 @@ async fn apply_all(settings: &[Vec<(String, String)>]) -> Vec<usize> {
     let mut changed = Vec::new();
     for (i, s) in settings.iter().enumerate() {
         // Connect by pod IP, as the operator does.
-        let mut node = NodeClient::connect(pod_addr(i)).await.unwrap();
+        let mut node = NodeClient::connect(pod_addr(i), None).await.unwrap();
         changed.push(node.apply_announce(s).await.unwrap());
     }
     changed
@@ -408,7 +409,7 @@ async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports
     // Node IDs through the pod address, for the record.
     let mut ids = BTreeSet::new();
     for i in 0..SHARDS {
-        let mut node = NodeClient::connect(pod_addr(i)).await.unwrap();
+        let mut node = NodeClient::connect(pod_addr(i), None).await.unwrap();
         ids.insert(node.my_id().await.unwrap());
     }
     assert_eq!(ids.len(), SHARDS, "three distinct node IDs");
@@ -451,7 +452,7 @@ async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports
     // MOVED through every external endpoint names the owner's external one.
     let probes = key_per_shard(&mut conns[0]).await;
     for (i, &via) in external.iter().enumerate() {
-        let mut c = connect(via).await.unwrap();
+        let mut c = connect(via, None).await.unwrap();
         for (owner, key) in probes.iter().enumerate() {
             let r: redis::RedisResult<Option<String>> = c.get(key).await;
             if owner == i {
@@ -471,7 +472,7 @@ async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports
     }
 
     // A real cluster client that knows only one external endpoint.
-    let client = cluster_client(&external[0].to_string()).await;
+    let client = cluster_client(&external[0].to_string(), None).await;
     write_keys(&client, "v1").await;
     read_keys(&client, "v1").await;
     let sizes = keys_per_shard(&mut conns).await;
@@ -491,7 +492,7 @@ async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports
     // Errors name the node and the setting, and a rejected change is atomic:
     // the valid setting given with the invalid one is not applied.
     {
-        let mut node = NodeClient::connect(pod_addr(1)).await.unwrap();
+        let mut node = NodeClient::connect(pod_addr(1), None).await.unwrap();
         let bad = vec![
             (
                 "cluster-announce-client-port".to_string(),
@@ -533,7 +534,7 @@ async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports
     // Through the forwarders too: clients are now told the pod addresses.
     wait_slots(&external, &pod_endpoints).await;
     {
-        let mut c = connect(pod_addr(0)).await.unwrap();
+        let mut c = connect(pod_addr(0), None).await.unwrap();
         let err = c
             .get::<_, Option<String>>(&probes[2])
             .await
@@ -545,7 +546,7 @@ async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports
             "{err}"
         );
     }
-    let client = cluster_client(&pod_addr(0).to_string()).await;
+    let client = cluster_client(&pod_addr(0).to_string(), None).await;
     read_keys(&client, "v1").await;
     write_keys(&client, "v2").await;
     read_keys(&client, "v2").await;

@@ -7,12 +7,14 @@
 //! names the guest gives objects and the host finds them by ([`names`],
 //! [`labels`]), the announce settings the host may set ([`announce`]), the
 //! paths the guest's config refers to and the host mounts ([`paths`]), and
-//! the status condition types ([`conditions`]).
+//! the status condition types ([`conditions`]), and the users and files of
+//! authentication ([`auth`]).
 //!
 //! Nothing here performs I/O; the crate builds natively and for
 //! `wasm32-wasip2`.
 
 pub mod announce;
+pub mod auth;
 pub mod conditions;
 pub mod labels;
 pub mod model;

@@ -133,6 +133,72 @@ impl Default for ExternalAccess {
     }
 }
 
+/// `spec.users[].passwordSecret`: where a user's passwords are. The host
+/// reads the Secret; only digests cross the boundary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct PasswordSecret {
+    /// The Secret's name (the host defaults it to `<cluster>-users`).
+    pub name: String,
+    /// Each key holds one valid password (the host defaults them to the
+    /// user's name).
+    pub keys: Vec<String>,
+}
+
+/// `spec.users[].keys`: key patterns by access.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct KeyPatterns {
+    #[cfg_attr(feature = "wasmtime", component(name = "read-write"))]
+    pub read_write: Vec<String>,
+    #[cfg_attr(feature = "wasmtime", component(name = "read-only"))]
+    pub read_only: Vec<String>,
+    #[cfg_attr(feature = "wasmtime", component(name = "write-only"))]
+    pub write_only: Vec<String>,
+}
+
+/// `spec.users[]`: one ACL user.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct User {
+    pub name: String,
+    pub enabled: bool,
+    #[cfg_attr(feature = "wasmtime", component(name = "password-secret"))]
+    pub password_secret: Option<PasswordSecret>,
+    /// The hex SHA-256 digest of each password the host read from
+    /// `password_secret`, in key order. Passwords never cross.
+    #[cfg_attr(feature = "wasmtime", component(name = "password-hashes"))]
+    pub password_hashes: Vec<String>,
+    pub nopass: bool,
+    pub resetpass: bool,
+    /// `commands.allow`: categories (`@read`), commands, `cmd|sub`.
+    #[cfg_attr(feature = "wasmtime", component(name = "commands-allow"))]
+    pub commands_allow: Vec<String>,
+    /// `commands.deny`.
+    #[cfg_attr(feature = "wasmtime", component(name = "commands-deny"))]
+    pub commands_deny: Vec<String>,
+    pub keys: Option<KeyPatterns>,
+    /// `channels.patterns`.
+    pub channels: Vec<String>,
+    /// Raw ACL rules appended to the user's line.
+    pub permissions: Option<String>,
+}
+
 /// A ValkeyCluster: `metadata.name`, `metadata.namespace` and `spec`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -151,6 +217,8 @@ pub struct Cluster {
     pub tls: Option<String>,
     #[cfg_attr(feature = "wasmtime", component(name = "external-access"))]
     pub external_access: Option<ExternalAccess>,
+    /// `spec.users`, with the host's password digests.
+    pub users: Vec<User>,
 }
 
 /// One load-balancer ingress point of a shard Service.
@@ -298,9 +366,27 @@ pub struct ValkeyNode {
 )]
 pub struct Input {
     pub cluster: Cluster,
+    pub credentials: Credentials,
     pub observed: Observed,
     #[cfg_attr(feature = "wasmtime", component(name = "other-clusters"))]
     pub other_clusters: Vec<String>,
+}
+
+/// The digests of the passwords the host generated and keeps in Secrets of
+/// its own: the `default` user's (none when `spec.users` lists `default`)
+/// and the system users' (`_operator`, `_replication`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Credentials {
+    #[cfg_attr(feature = "wasmtime", component(name = "default-user"))]
+    pub default_user: Option<String>,
+    pub operator: String,
+    pub replication: String,
 }
 
 /// Whether a violation rejects the spec (`Error`) or only warns.
@@ -545,6 +631,9 @@ pub struct Desired {
     pub service_annotations: Vec<Pair>,
     pub services: Vec<ShardService>,
     pub workload: Workload,
+    /// The cluster's ACL as Valkey's aclfile: one `user` line per user,
+    /// system users included.
+    pub acl: String,
     pub nodes: Vec<Node>,
     pub status: Status,
     pub warnings: Vec<Violation>,

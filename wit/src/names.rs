@@ -43,6 +43,23 @@ pub fn node_object(cluster: &str, shard: u32, node: u32) -> String {
     s
 }
 
+/// `<cluster>-users`: the user-facing Secret of passwords, where the
+/// operator generates the `default` user's (upstream's name for it).
+pub fn users_secret(cluster: &str) -> String {
+    format!("{cluster}-users")
+}
+
+/// `shardgate-<cluster>-acl`: the operator-owned Secret holding the aclfile.
+pub fn acl_secret(cluster: &str) -> String {
+    format!("{OBJECT_PREFIX}{cluster}-acl")
+}
+
+/// `shardgate-<cluster>-system`: the operator-owned Secret holding the system
+/// users' passwords and the replicas' `masterauth` include file.
+pub fn system_secret(cluster: &str) -> String {
+    format!("{OBJECT_PREFIX}{cluster}-system")
+}
+
 /// `<cluster>-<shard>-<node>`: the human node name.
 pub fn node_name(cluster: &str, shard: u32, node: u32) -> String {
     let mut s = String::with_capacity(cluster.len() + 12);
@@ -104,6 +121,9 @@ mod tests {
         assert_eq!(node_object("c", 2, 1), "shardgate-c-2-1");
         assert_eq!(node_name("c", 2, 1), "c-2-1");
         assert_eq!(port_name(12), "vk-n12");
+        assert_eq!(users_secret("c"), "c-users");
+        assert_eq!(acl_secret("c"), "shardgate-c-acl");
+        assert_eq!(system_secret("c"), "shardgate-c-system");
         assert_eq!(
             announce_hostname("shard", 3, "example.com."),
             "shard-3.example.com"

@@ -74,6 +74,7 @@ impl Snapshot {
                     domain: None,
                     preferred_endpoint_type: EndpointType::Ip,
                 }),
+                users: Vec::new(),
             },
         );
         vc.metadata.namespace = Some(NAMESPACE.into());

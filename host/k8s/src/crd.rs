@@ -55,6 +55,100 @@ pub struct ValkeyClusterSpec {
     /// Make every node reachable from outside Kubernetes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_access: Option<ExternalAccessSpec>,
+    /// ACL users. Authentication is always on: when `default` is not listed
+    /// it gets a password the operator generates into the Secret
+    /// `<cluster>-users` (key `default`), and the operator's own system
+    /// users (`_operator`, `_replication`) are always there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub users: Vec<UserSpec>,
+}
+
+/// `spec.users[]`: one ACL user, in upstream valkey-operator's shape.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UserSpec {
+    /// The user name; names starting with `_` are reserved.
+    #[schemars(length(min = 1, max = 128))]
+    pub name: String,
+    /// Whether the user may log in.
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+    /// Where the user's passwords are. Default: Secret `<cluster>-users`,
+    /// key = the user name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret: Option<PasswordSecretSpec>,
+    /// Log in with any password (refused while external access is on).
+    #[serde(default)]
+    pub nopass: bool,
+    /// Clear passwords before setting them.
+    #[serde(default)]
+    pub resetpass: bool,
+    /// Commands and categories allowed and denied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commands: Option<CommandsSpec>,
+    /// Key patterns by access.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<KeysSpec>,
+    /// Pub/sub channel patterns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<ChannelsSpec>,
+    /// Raw ACL rules appended to the user's rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<String>,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+/// `spec.users[].passwordSecret`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PasswordSecretSpec {
+    /// The Secret's name. Default `<cluster>-users`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Keys whose values are valid passwords; several allow a rotation
+    /// without downtime. Default: the user name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+}
+
+/// `spec.users[].commands`: `@category`, `command` or `command|subcommand`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandsSpec {
+    /// Allowed, as `+<entry>` (`@read`, `get`, `config|get`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// Denied after the allowed ones, as `-<entry>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+/// `spec.users[].keys`: glob patterns.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeysSpec {
+    /// Keys the user may read and write (`~<pattern>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_write: Vec<String>,
+    /// Keys the user may only read (`%R~<pattern>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only: Vec<String>,
+    /// Keys the user may only write (`%W~<pattern>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write_only: Vec<String>,
+}
+
+/// `spec.users[].channels`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelsSpec {
+    /// Channels the user may publish and subscribe to (`&<pattern>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patterns: Vec<String>,
 }
 
 fn default_shards() -> i32 {

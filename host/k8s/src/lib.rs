@@ -11,6 +11,7 @@ pub mod cache;
 pub mod client;
 pub mod convert;
 pub mod crd;
+pub mod credentials;
 pub mod manager;
 pub mod manifest;
 pub mod owned_fields;

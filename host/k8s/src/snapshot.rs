@@ -116,6 +116,8 @@ impl Snapshot {
                 valkey: None,
             },
             cluster: spec,
+            // Filled by the operator's credentials stage.
+            credentials: m::Credentials::default(),
             other_clusters,
         }
     }

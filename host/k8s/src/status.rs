@@ -25,6 +25,9 @@ pub struct Progress {
     pub formation: Option<Formation>,
     /// A change of announce settings is still spreading by gossip.
     pub announce_spreading: bool,
+    /// Nodes that have not loaded the current ACL yet (its Secret is still
+    /// reaching their volume).
+    pub acl_pending: usize,
     /// `Kind name` of each desired object whose name another owner holds:
     /// nothing was applied to them.
     pub conflicts: Vec<String>,
@@ -203,6 +206,15 @@ fn verdicts(guest: &m::Status, p: &Progress) -> (Verdict, Verdict) {
             "AnnouncePending",
             "announce settings are still spreading by gossip".to_string(),
         )
+    } else if p.acl_pending > 0 {
+        (
+            "False",
+            "AclPending",
+            format!(
+                "{} nodes have not loaded the current users yet",
+                p.acl_pending
+            ),
+        )
     } else if external_pending {
         (
             "False",
@@ -293,8 +305,17 @@ mod tests {
                 waiting: "3 of 6 nodes have met".into(),
             }),
             announce_spreading: spreading,
+            acl_pending: 0,
             conflicts: Vec::new(),
         }
+    }
+
+    fn compute_reconciled(g: &m::Status, p: Progress) -> ValkeyClusterStatus {
+        let outcome = Outcome::Reconciled {
+            guest: g,
+            progress: p,
+        };
+        compute(&outcome, None, Some(4), &time("2026-01-01T00:00:00Z"))
     }
 
     fn get<'a>(s: &'a ValkeyClusterStatus, type_: &str) -> (&'a str, &'a str) {
@@ -351,6 +372,16 @@ mod tests {
         for ((changed, ready, formed, spreading, external), want_ready, want_progressing) in cases {
             let g = guest(external);
             let p = progress(changed, ready, formed, spreading);
+            let mut acl = p.clone();
+            acl.acl_pending = 2;
+            let acl_status = compute_reconciled(&g, acl);
+            let acl_ready = get(&acl_status, READY);
+            if want_ready.0 == "True" || want_ready.1 == "ExternalAccessPending" {
+                // A user change not yet on every node is reported first.
+                assert_eq!(acl_ready, ("False", "AclPending"), "acl pending");
+            } else {
+                assert_eq!(acl_ready, want_ready, "acl pending behind {want_ready:?}");
+            }
             let outcome = Outcome::Reconciled {
                 guest: &g,
                 progress: p.clone(),

@@ -17,6 +17,7 @@ fn cluster(
             resources: None,
             tls: None,
             external_access: ea,
+            users: Vec::new(),
         },
     );
     vc.metadata.namespace = Some("default".into());

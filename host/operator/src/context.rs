@@ -12,7 +12,7 @@ use shardgate_k8s::apply::Recent;
 use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_k8s::snapshot::Caches;
 use shardgate_wasm::swap::{ModuleManager, Serving};
-use shardgate_wasm::{CallError, Reconciler};
+use shardgate_wasm::{CallBudget, CallError, Reconciler};
 
 use crate::metrics::Metrics;
 
@@ -88,16 +88,23 @@ impl Context {
         });
     }
 
-    /// The guest call of a reconcile through `used` answered (a verdict on
-    /// an invalid spec is an answer too).
-    pub fn module_succeeded(&self, used: &Arc<dyn Reconciler>) {
-        self.modules.module_succeeded(used);
+    /// The guest call of a reconcile of `cluster` (`namespace/name`)
+    /// through `used` answered (a verdict on an invalid spec is an answer
+    /// too).
+    pub fn module_succeeded(&self, used: &Arc<dyn Reconciler>, cluster: &str) {
+        self.modules.module_succeeded_on(used, cluster);
     }
 
-    /// The guest call of a reconcile through `used` failed; enough of these
-    /// in a row roll the module back.
-    pub fn module_failed(&self, used: &Arc<dyn Reconciler>, error: &CallError) {
-        self.modules.module_failed(used, error);
+    /// The guest call of a reconcile of `cluster` (`namespace/name`) through
+    /// `used` failed; enough of these in a row on one cluster roll the
+    /// module back, whatever other clusters do.
+    pub fn module_failed(&self, used: &Arc<dyn Reconciler>, cluster: &str, error: &CallError) {
+        self.modules.module_failed_on(used, cluster, error);
+    }
+
+    /// The memory budget guest calls take a slot of.
+    pub fn budget(&self) -> &CallBudget {
+        self.modules.budget()
     }
 
     /// Backoff after consecutive failures: 200 ms, 400 ms, 800 ms ... at

@@ -17,7 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Value};
+use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisConnectionInfo, Value};
 use shardgate_contract::model::SlotRange;
 
 use crate::announce;
@@ -73,6 +73,22 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub const CLIENT_PORT: u16 = 6379;
 /// The cluster bus port every node listens on.
 pub const BUS_PORT: u16 = 16379;
+
+/// The user and password a [`NodeClient`] logs in with.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Login {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Login")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
 
 /// What [`NodeClient::facts`] reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,14 +149,29 @@ impl std::fmt::Debug for NodeClient {
 impl NodeClient {
     /// Connects to the node at `node` (a pod IP and port 6379), with
     /// [`DEFAULT_TIMEOUT`] for connecting and for each command.
-    pub async fn connect(node: SocketAddr) -> Result<Self> {
-        Self::connect_with_timeout(node, DEFAULT_TIMEOUT).await
+    pub async fn connect(node: SocketAddr, login: Option<&Login>) -> Result<Self> {
+        Self::connect_with_timeout(node, login, DEFAULT_TIMEOUT).await
     }
 
-    /// Connects to the node at `node`, with `timeout` for connecting and for
-    /// each command.
-    pub async fn connect_with_timeout(node: SocketAddr, timeout: Duration) -> Result<Self> {
-        let client = redis::Client::open((node.ip().to_string(), node.port()))
+    /// Connects to the node at `node`, logged in as `login` when given, with
+    /// `timeout` for connecting and for each command.
+    pub async fn connect_with_timeout(
+        node: SocketAddr,
+        login: Option<&Login>,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let info = (node.ip().to_string(), node.port())
+            .into_connection_info()
+            .map_err(|source| Error::Connect { node, source })?;
+        // No `CLIENT SETINFO` on connect: the operator's user may run only
+        // the commands the operator needs.
+        let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
+        if let Some(login) = login {
+            settings = settings
+                .set_username(&login.username)
+                .set_password(&login.password);
+        }
+        let client = redis::Client::open(info.set_redis_settings(settings))
             .map_err(|source| Error::Connect { node, source })?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
@@ -155,6 +186,27 @@ impl NodeClient {
     /// The address this client is connected to.
     pub fn node(&self) -> SocketAddr {
         self.node
+    }
+
+    /// Reloads the node's ACL from its aclfile (`ACL LOAD`). Valkey loads
+    /// all or nothing: a file with an error leaves the old ACL in place.
+    pub async fn acl_load(&mut self) -> Result<()> {
+        redis::cmd("ACL")
+            .arg("LOAD")
+            .query_async::<()>(&mut self.conn)
+            .await
+            .map_err(|source| self.command_error("ACL LOAD", source))
+    }
+
+    /// Whether the node knows ACL user `name` (`ACL GETUSER`).
+    pub async fn acl_has_user(&mut self, name: &str) -> Result<bool> {
+        let reply: Value = redis::cmd("ACL")
+            .arg("GETUSER")
+            .arg(name)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|source| self.command_error("ACL GETUSER", source))?;
+        Ok(!matches!(reply, Value::Nil))
     }
 
     /// The node's ID (`CLUSTER MYID`), which identifies it across restarts

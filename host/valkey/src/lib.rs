@@ -15,5 +15,5 @@ pub mod client;
 pub mod cluster_nodes;
 pub mod nodes;
 
-pub use client::{BUS_PORT, CLIENT_PORT, DEFAULT_TIMEOUT, Error, Facts, NodeClient, Result};
-pub use nodes::{Nodes, StepError, describe};
+pub use client::{BUS_PORT, CLIENT_PORT, DEFAULT_TIMEOUT, Error, Facts, Login, NodeClient, Result};
+pub use nodes::{AclSync, Nodes, StepError, describe};

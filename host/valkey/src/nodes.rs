@@ -13,7 +13,7 @@ use std::time::Duration;
 use shardgate_contract::model::{Desired, NodeRef, Step, ValkeyNode};
 use tracing::{debug, info};
 
-use crate::client::{self as valkey, CLIENT_PORT, NodeClient};
+use crate::client::{self as valkey, CLIENT_PORT, Login, NodeClient};
 
 /// How long connecting to a node and each command may take in a reconcile.
 pub const TIMEOUT: Duration = Duration::from_secs(2);
@@ -36,11 +36,15 @@ impl Nodes {
     /// Connects to every target (a node and its pod IP) and reads its
     /// facts, all at once. A node that does not answer is left out (the
     /// guest then plans around it) and logged.
-    pub async fn observe(targets: impl IntoIterator<Item = (NodeRef, IpAddr)>) -> Self {
+    /// Each node is logged in to as `login` when given.
+    pub async fn observe(
+        targets: impl IntoIterator<Item = (NodeRef, IpAddr)>,
+        login: Option<&Login>,
+    ) -> Self {
         let answers = futures::future::join_all(targets.into_iter().map(|(at, ip)| async move {
             let at = (at.shard, at.node);
-            let mut client =
-                NodeClient::connect_with_timeout(SocketAddr::new(ip, CLIENT_PORT), TIMEOUT).await?;
+            let addr = SocketAddr::new(ip, CLIENT_PORT);
+            let mut client = NodeClient::connect_with_timeout(addr, login, TIMEOUT).await?;
             let f = client.facts().await?;
             Ok::<_, valkey::Error>((at, ip, client, f))
         }))
@@ -113,6 +117,29 @@ impl Nodes {
         }))
     }
 
+    /// Brings every answering node's ACL to the revision whose marker user
+    /// is `marker` (`shardgate_contract::auth::acl_marker`): a node that does not know the
+    /// marker reloads its aclfile (`ACL LOAD`) and is checked again
+    /// (`ACL GETUSER`). Nodes already in place are not touched, so clients
+    /// are not disturbed by a reload that changes nothing.
+    pub async fn sync_acl(&mut self, marker: &str) -> Result<AclSync, valkey::Error> {
+        let mut sync = AclSync::default();
+        for a in self.nodes.values_mut() {
+            if a.client.acl_has_user(marker).await? {
+                continue;
+            }
+            a.client.acl_load().await?;
+            if a.client.acl_has_user(marker).await? {
+                sync.loaded += 1;
+            } else {
+                // The node's mounted aclfile is not the new revision yet
+                // (the kubelet refreshes Secret volumes periodically).
+                sync.waiting += 1;
+            }
+        }
+        Ok(sync)
+    }
+
     /// Runs step `index` of a plan over the Valkey protocol. `Restart` is
     /// the caller's (it deletes a Pod).
     pub async fn run_step(&mut self, index: usize, step: &Step) -> Result<(), StepError> {
@@ -168,6 +195,15 @@ impl Nodes {
                 ),
             })
     }
+}
+
+/// What [`Nodes::sync_acl`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AclSync {
+    /// Nodes that loaded the new revision.
+    pub loaded: usize,
+    /// Nodes whose aclfile is not the new revision yet.
+    pub waiting: usize,
 }
 
 /// A plan step that failed.

@@ -2,8 +2,8 @@
 //! (epoch interruption on, pooling allocator, memory growth failures trap)
 //! and a thread that advances its epoch. [`Engine::load`] compiles a
 //! component, type-checks it against the `shardgate:reconcile` world and
-//! pre-links it against a deny-all WASI ([`crate::isolation`]), giving a
-//! [`Module`].
+//! pre-links it against a deny-all WASI whose calls never wait
+//! ([`crate::isolation`], [`crate::wasi`]), giving a [`Module`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,8 +16,12 @@ use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig, Stra
 use crate::isolation::{Limits, State};
 use crate::module::{EPOCH_TICK, Module, Tier};
 
-/// The interface a reconcile module must export.
-pub const RECONCILER_INTERFACE: &str = "shardgate:reconcile/reconciler@0.2.0";
+/// The interface a reconcile module must export, at the version
+/// `wit/reconcile.wit` declares.
+pub const RECONCILER_INTERFACE: &str = concat!(
+    "shardgate:reconcile/reconciler@",
+    env!("SHARDGATE_RECONCILE_VERSION")
+);
 
 /// The wasmtime engine and its epoch ticker. Dropping it stops the ticker.
 pub struct Engine {
@@ -123,7 +127,7 @@ impl Engine {
     /// exports.
     pub fn prepare(&self, component: Component) -> anyhow::Result<Module> {
         let mut linker = Linker::<State>::new(&self.engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| anyhow!("{e:#}"))?;
+        crate::wasi::link(&mut linker)?;
         let pre = linker
             .instantiate_pre(&component)
             .map_err(|e| anyhow!("the module's imports cannot be satisfied: {e:#}"))?;

@@ -9,8 +9,10 @@ use anyhow::anyhow;
 use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 use wasmtime::component::{ComponentExportIndex, InstancePre};
 use wasmtime::{Store, Trap};
+use wasmtime_wasi::I32Exit;
 
 use crate::isolation::{Limits, State};
+use crate::wasi::Denied;
 
 /// How often the epoch advances; deadlines are counted in these ticks.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -32,14 +34,41 @@ pub enum Tier {
 /// these.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
+    /// The epoch deadline interrupted the guest.
     #[error("reconcile module exceeded its deadline of {0:?} and was stopped")]
     Deadline(Duration),
+    /// The guest asked for more linear memory than its cap.
     #[error("reconcile module exceeded its memory cap of {0} bytes and was stopped")]
     MemoryCap(usize),
+    /// The guest trapped, or made a host call the sandbox refuses (such as
+    /// waiting: [`crate::wasi::Denied`]).
     #[error("reconcile module trapped: {0}")]
     Trap(String),
+    /// The guest called `wasi:cli/exit` with this status.
+    #[error("reconcile module called exit({0}) and was stopped")]
+    Exit(i32),
+    /// The call ran past its deadline plus [`crate::guard::MARGIN`] without
+    /// returning (stuck in host code, where the epoch deadline cannot
+    /// interrupt it): the caller stopped waiting for it ([`crate::guard`]).
+    #[error("reconcile module exceeded its deadline of {0:?} inside a host call and was abandoned")]
+    Abandoned(Duration),
+    /// No guest call slot was free within this wait: the memory budget
+    /// (`--module-memory-budget`) was taken by other calls. The module is
+    /// not at fault.
+    #[error("no reconcile module call slot was free within {0:?} (--module-memory-budget)")]
+    Busy(Duration),
+    /// The host could not make the call. The module is not at fault.
     #[error("reconcile module could not be called: {0:#}")]
     Host(anyhow::Error),
+}
+
+impl CallError {
+    /// Whether the module itself is at fault (deadline, memory cap, trap,
+    /// exit, abandoned), as opposed to the host (no slot, host error): only
+    /// module failures count towards a rollback.
+    pub fn is_module_failure(&self) -> bool {
+        !matches!(self, CallError::Busy(_) | CallError::Host(_))
+    }
 }
 
 /// A compiled, linked reconcile module. Cheap to clone; every call runs in a
@@ -80,6 +109,11 @@ impl Module {
         self.tier
     }
 
+    /// What each call of this module may use.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
     /// Calls `reconcile`. The outer error is the sandbox's (trap, deadline,
     /// cap); the inner one is the guest's verdict on the input.
     pub fn reconcile(&self, input: &Input) -> Result<ReconcileResult, CallError> {
@@ -116,6 +150,7 @@ impl Module {
         Ok(())
     }
 
+    /// A fresh Store: memory cap and epoch deadline set.
     fn store(&self) -> Store<State> {
         let mut store = Store::new(&self.engine, State::new(&self.limits));
         store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
@@ -144,6 +179,12 @@ impl Module {
     fn classify(&self, store: &Store<State>, e: wasmtime::Error) -> CallError {
         if store.data().cap_hit {
             return CallError::MemoryCap(self.limits.memory_bytes);
+        }
+        if let Some(exit) = e.downcast_ref::<I32Exit>() {
+            return CallError::Exit(exit.0);
+        }
+        if e.downcast_ref::<Denied>().is_some() {
+            return CallError::Trap(format!("{e:#}"));
         }
         match e.downcast_ref::<Trap>() {
             Some(Trap::Interrupt) => CallError::Deadline(self.limits.deadline),

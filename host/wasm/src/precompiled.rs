@@ -10,11 +10,13 @@
 //! - beside each entry lies the sha256 of the `.cwasm` bytes as written; an
 //!   entry whose bytes no longer match (tampered, truncated) is not
 //!   deserialized, it is deleted and the module compiled again;
-//! - the directory must be owned by this user and writable by nobody else
-//!   (mode `0700` is set when it is created); otherwise the cache is refused.
-//!   Anyone who can write there as this user could forge both files, so the
-//!   directory's permissions are the trust boundary: give it to the operator
-//!   alone (an `emptyDir`).
+//! - the directory must be owned by this user (else the cache is refused)
+//!   and is private to it: created with mode `0700`, and an existing one
+//!   that group or others may use at all (say `0755`, or an `emptyDir`'s
+//!   `0777`) is tightened to `0700`, whatever the umask. Entries are written
+//!   with mode `0600`. Anyone who can write there as this user could forge
+//!   both files, so the directory's permissions are the trust boundary: give
+//!   it to the operator alone (an `emptyDir`).
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -52,11 +54,12 @@ pub struct Precompiled {
 }
 
 impl Precompiled {
-    /// Opens (creating with mode 0700) a cache directory; refuses one that
-    /// another user owns or that group or others can write.
+    /// Opens a cache directory, creating it (and any missing parents) if
+    /// needed; see the module docs for the modes it gets. Refuses one that
+    /// another user owns.
     pub fn open(dir: impl Into<PathBuf>) -> anyhow::Result<Self> {
         let dir = dir.into();
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        create_private_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -67,9 +70,9 @@ impl Precompiled {
                     dir.display()
                 );
             }
-            if meta.permissions().mode() & 0o022 != 0 {
-                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-                    .with_context(|| format!("{}: group or others can write it", dir.display()))?;
+            if meta.permissions().mode() & 0o777 != PRIVATE_DIR {
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(PRIVATE_DIR))
+                    .with_context(|| format!("{}: making it private (mode 0700)", dir.display()))?;
             }
         }
         Ok(Precompiled { dir })
@@ -87,6 +90,44 @@ impl Precompiled {
         self.dir
             .join(format!("{wasm_sha256}-{:016x}.cwasm", h.finish()))
     }
+}
+
+/// The cache directory's mode: its owner's alone.
+#[cfg(unix)]
+const PRIVATE_DIR: u32 = 0o700;
+/// An entry's mode: its owner's alone.
+#[cfg(unix)]
+const PRIVATE_FILE: u32 = 0o600;
+
+/// Creates `dir` with mode 0700 (less what the umask masks; [`Precompiled::open`]
+/// then sets it exactly), its missing parents as usual; an existing `dir` is
+/// left as it is.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, PRIVATE_DIR);
+    match builder.create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        created => created,
+    }
+}
+
+/// Writes `data` to a new `path` that only its owner can read or write
+/// (mode 0600 whatever the umask), replacing any file there.
+fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, PRIVATE_FILE);
+    let mut file = options.open(path)?;
+    // The mode above applies only to a new file, less the umask.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(PRIVATE_FILE))?;
+    file.write_all(data)
 }
 
 fn digest_path(entry: &Path) -> PathBuf {
@@ -158,11 +199,12 @@ impl Engine {
     }
 }
 
-/// Writes the entry and its digest, each atomically (temp file + rename).
+/// Writes the entry and its digest (mode 0600), each atomically (temp file
+/// + rename).
 fn write_entry(entry: &Path, serialized: &[u8]) -> anyhow::Result<()> {
     let write = |path: &Path, data: &[u8]| -> anyhow::Result<()> {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, data).with_context(|| format!("writing {}", tmp.display()))?;
+        write_private(&tmp, data).with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
         Ok(())
     };

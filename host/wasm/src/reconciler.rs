@@ -3,6 +3,8 @@
 //! and benchmarks only, the guest crate linked natively ([`Native`], behind
 //! the `native` feature).
 
+use std::time::Duration;
+
 use shardgate_contract::model::{Cluster, Desired, Error as GuestError, Input, Violation};
 
 use crate::module::{CallError, Module, Tier};
@@ -18,6 +20,12 @@ pub trait Reconciler: Send + Sync {
     fn tier(&self) -> Option<Tier> {
         None
     }
+    /// How long one call may run before the sandbox stops it; `None` when
+    /// nothing stops it (a native reconciler). The wall-clock guard
+    /// ([`crate::guard`]) gives up on a call after this plus its margin.
+    fn deadline(&self) -> Option<Duration> {
+        None
+    }
 }
 
 impl Reconciler for Module {
@@ -31,6 +39,10 @@ impl Reconciler for Module {
 
     fn tier(&self) -> Option<Tier> {
         Some(Module::tier(self))
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.limits().deadline)
     }
 }
 

@@ -215,6 +215,7 @@ pub fn render(
         wanted_nodes: desired.nodes.len(),
         formation: None,
         announce_spreading: false,
+        acl_pending: 0,
         conflicts: Vec::new(),
     };
     let outcome = Outcome::Reconciled {

@@ -11,7 +11,7 @@ use shardgate_wasm::swap::{
     Candidate, Checker, DEFAULT_CONFIGMAP_KEY, DEFAULT_ROLLBACK_AFTER, ModuleManager, ModuleSource,
     Serving,
 };
-use shardgate_wasm::{Engine, Limits, Precompiled, Tier};
+use shardgate_wasm::{CallBudget, Engine, Limits, Precompiled, Tier};
 
 use crate::logging::{self, LogFormat, shutdown_signal};
 
@@ -69,9 +69,16 @@ pub struct RunArgs {
     #[arg(long, default_value = DEFAULT_CONFIGMAP_KEY)]
     module_configmap_key: String,
     /// Roll back to the previous good module after this many consecutive
-    /// reconciles in which the module trapped, ran out of time or memory.
+    /// reconciles of one cluster in which the module trapped, exited, ran
+    /// out of time or memory (whatever other clusters do).
     #[arg(long, default_value_t = DEFAULT_ROLLBACK_AFTER, value_parser = clap::value_parser!(u32).range(1..))]
     module_rollback_after: u32,
+    /// Total memory the reconcile module's calls may use at once (bytes, or
+    /// with a Ki/Mi/Gi suffix): at most budget / 64 MiB (the per-call cap)
+    /// calls run at once, at least one. Keep it well below the container's
+    /// memory limit.
+    #[arg(long, value_name = "BYTES", default_value = "128Mi", value_parser = shardgate_wasm::budget::parse_bytes)]
+    module_memory_budget: usize,
     /// Keep precompiled modules (.cwasm) in this directory (owner-only; only
     /// blobs this operator compiled are ever loaded), so a restart skips
     /// compiling. Off by default.
@@ -182,7 +189,11 @@ impl RunArgs {
             let reporter = ModuleReporter::new(Arc::new(Metrics::default()));
             let modules = Arc::new(
                 ModuleManager::new(initial, reporter.clone())
-                    .with_rollback_after(args.module_rollback_after),
+                    .with_rollback_after(args.module_rollback_after)
+                    .with_budget(CallBudget::new(
+                        args.module_memory_budget,
+                        wasm.limits().memory_bytes,
+                    )),
             );
             reporter.set_events(
                 client.clone(),

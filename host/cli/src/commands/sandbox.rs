@@ -72,11 +72,13 @@ impl SandboxArgs {
                         e.shard, e.node, e.host, e.port, e.address
                     );
                 }
-                if let Some(first) = ready.endpoints.first() {
+                println!("Password of user {}: Secret {}", ready.username, ready.password_secret);
+                if let (Some(first), Some(password)) = (ready.endpoints.first(), &ready.password) {
                     println!(
-                        "Connect: valkey-cli -c -h {} -p {}",
+                        "Connect: VALKEYCLI_AUTH='{password}' valkey-cli -c -h {} -p {} --user {}",
                         first.address.ip(),
-                        first.port
+                        first.port,
+                        ready.username
                     );
                 }
                 let written = match &args.ready_file {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use shardgate_k8s::crd::ValkeyCluster;
-use shardgate_wasm::{Engine, Limits};
+use shardgate_wasm::{CallBudget, Engine, Limits};
 use shardgate_webhook as webhook;
 
 use super::load_module;
@@ -34,6 +34,12 @@ pub struct WebhookArgs {
     /// Run this reconcile component instead of the embedded one.
     #[arg(long)]
     module: Option<PathBuf>,
+    /// Total memory the reconcile module's calls may use at once (bytes, or
+    /// with a Ki/Mi/Gi suffix): at most budget / 64 MiB (the per-call cap)
+    /// calls run at once, at least one. A review that finds no free slot
+    /// waits up to 3 s, then answers 503 (the failurePolicy decides).
+    #[arg(long, value_name = "BYTES", default_value = "64Mi", value_parser = shardgate_wasm::budget::parse_bytes)]
+    module_memory_budget: usize,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Json)]
     log_format: LogFormat,
@@ -72,6 +78,13 @@ impl WebhookArgs {
                     tls: webhook::TlsFiles {
                         cert: args.tls_cert,
                         key: args.tls_key,
+                    },
+                    slots: webhook::Slots {
+                        budget: CallBudget::new(
+                            args.module_memory_budget,
+                            wasm.limits().memory_bytes,
+                        ),
+                        wait: webhook::SLOT_WAIT,
                     },
                 },
                 std::sync::Arc::new(module),

@@ -95,6 +95,7 @@ pub(crate) fn default_and_validate(
             }
         }
         ("apps", "StatefulSet") => statefulset(obj, old, &mut errs),
+        ("", "Secret") => secret(obj, &mut errs),
         ("", "Namespace") => {
             let name = obj["metadata"]["name"].clone();
             let labels = obj_mut(obj, "metadata")
@@ -109,6 +110,40 @@ pub(crate) fn default_and_validate(
         _ => {}
     }
     if errs.is_empty() { Ok(()) } else { Err(errs) }
+}
+
+/// Secrets: `stringData` is write-only, merged into `data` (base64) over
+/// any key of the same name, as the API server does; `type` defaults to
+/// `Opaque`.
+fn secret(obj: &mut Value, errs: &mut Causes) {
+    let Some(m) = obj.as_object_mut() else {
+        return;
+    };
+    default(m, "type", json!("Opaque"));
+    let Some(string_data) = m.remove("stringData") else {
+        return;
+    };
+    let Some(entries) = string_data.as_object() else {
+        errs.push(("stringData".into(), "must be a map of strings".into()));
+        return;
+    };
+    let data = m.entry("data").or_insert(json!({}));
+    if data.is_null() {
+        *data = json!({});
+    }
+    let Some(data) = data.as_object_mut() else {
+        errs.push(("data".into(), "must be a map".into()));
+        return;
+    };
+    for (key, value) in entries {
+        let Some(text) = value.as_str() else {
+            errs.push((format!("stringData[{key}]"), "must be a string".into()));
+            continue;
+        };
+        let encoded = serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec()))
+            .unwrap_or(Value::Null);
+        data.insert(key.clone(), encoded);
+    }
 }
 
 fn service(obj: &mut Value, old: Option<&Value>, ctx: &Ctx<'_>, errs: &mut Causes) {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::Discovery;
 use kube::{Api, ResourceExt};
@@ -782,5 +782,46 @@ async fn instant_pods_start_ready_with_distinct_ips() {
         after.metadata.resource_version,
         before.metadata.resource_version
     );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn secret_string_data_is_merged_into_data_and_not_stored() {
+    let emu = Emulator::builder().start().await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(emu.client().await.unwrap(), "default");
+    let created = secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "s"},
+                "data": {"kept": "a2VwdA==", "over": "b2xk"},
+                "stringData": {"over": "new", "plain": "text"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let data = created.data.unwrap();
+    let text = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+    assert_eq!(
+        (text("kept"), text("over"), text("plain")),
+        ("kept".into(), "new".into(), "text".into())
+    );
+    assert_eq!(created.type_.as_deref(), Some("Opaque"));
+    assert!(created.string_data.is_none());
+    // A merge patch of stringData alone adds a key and keeps the others.
+    let patched = secrets
+        .patch(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"more": "m"}})),
+        )
+        .await
+        .unwrap();
+    let data = patched.data.unwrap();
+    assert_eq!(data.len(), 4);
+    assert_eq!(data["more"].0, b"m");
+    let stored = emu.get("secrets", "default", "s").unwrap();
+    assert!(stored.get("stringData").is_none(), "{stored}");
     emu.shutdown().await;
 }

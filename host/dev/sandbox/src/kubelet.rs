@@ -90,6 +90,8 @@ use spec::{Launch, PodFacts, SERVER, TcpProbe};
 
 /// How often the kubelet looks at the emulator's Pods.
 const TICK: Duration = Duration::from_millis(100);
+/// How often running pods' configMap and secret volumes are refreshed.
+const VOLUME_REFRESH: Duration = Duration::from_secs(1);
 /// Restart backoff: the first delay, doubled per consecutive failure.
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -141,6 +143,8 @@ struct State {
     errors: ErrorLog,
     /// Set on shutdown/drop: no process is started any more.
     closed: bool,
+    /// When running pods' volumes are next refreshed.
+    next_refresh: Instant,
 }
 
 /// One pod as run here: survives its container's restarts.
@@ -193,6 +197,7 @@ impl Kubelet {
                 held: BTreeSet::new(),
                 errors: ErrorLog::default(),
                 closed: false,
+                next_refresh: Instant::now(),
             }),
             options,
         });
@@ -399,6 +404,7 @@ impl Shared {
             self.terminate(name, rt).await;
         }
         self.reap_exited(&pods);
+        self.refresh_volumes(&pods);
         self.start_due(&pods);
         self.probe().await;
         self.publish(&pods);
@@ -569,6 +575,37 @@ impl Shared {
             next_start: Instant::now(),
             finished: false,
         })
+    }
+
+    /// Brings the configMap and secret volumes of running pods up to date
+    /// with their objects, as a kubelet's periodic sync does (here every
+    /// [`VOLUME_REFRESH`]): a rotated password reaches the files without a
+    /// restart.
+    fn refresh_volumes(&self, pods: &BTreeMap<String, Pod>) {
+        let now = Instant::now();
+        let dirs: Vec<(String, PathBuf)> = {
+            let mut st = self.state();
+            if now < st.next_refresh {
+                return;
+            }
+            st.next_refresh = now + VOLUME_REFRESH;
+            st.pods
+                .iter()
+                .filter(|(_, rt)| rt.process.is_some())
+                .map(|(name, rt)| (name.clone(), rt.dir.clone()))
+                .collect()
+        };
+        for (name, dir) in dirs {
+            let Some(pod) = pods.get(&name) else { continue };
+            let refreshed = spec::container(pod)
+                .and_then(|c| volumes::mounts(pod, c, &dir))
+                .and_then(|mounts| {
+                    volumes::materialize(&self.emu, &self.options.namespace, pod, &dir, &mounts)
+                });
+            if let Err(e) = refreshed {
+                warn!(pod = %name, "refreshing volumes: {e}");
+            }
+        }
     }
 
     /// Checks the pod spec, materializes the pod's volumes and starts its

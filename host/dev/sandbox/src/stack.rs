@@ -22,9 +22,10 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use shardgate_contract::{auth, names};
 use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_operator::{self as operator, Metrics, Options as OperatorOptions};
-use shardgate_valkey::{CLIENT_PORT, NodeClient};
+use shardgate_valkey::{CLIENT_PORT, Login, NodeClient};
 use shardgate_wasm::{Engine, Limits, Reconciler};
 
 use crate::kubelet::{Kubelet, KubeletOptions};
@@ -77,6 +78,13 @@ pub struct Ready {
     pub cluster: String,
     pub namespace: String,
     pub endpoints: Vec<Endpoint>,
+    /// The user a client logs in as: `default`.
+    pub username: String,
+    /// The `default` user's password, from Secret `<cluster>-users` (none
+    /// when the manifest lists `default` with passwords of its own).
+    pub password: Option<String>,
+    /// Where the password is: `<namespace>/<cluster>-users`, key `default`.
+    pub password_secret: String,
     /// Seconds from start to ready.
     pub seconds: f64,
 }
@@ -238,10 +246,7 @@ impl Sandbox {
 
     /// The node's pod IP, from the Pod (`<node object>-0`).
     pub fn pod_ip(&self, shard: u32, node: u32) -> Option<IpAddr> {
-        let pod = format!(
-            "{}-0",
-            shardgate_contract::names::node_object(&self.name, shard, node)
-        );
+        let pod = format!("{}-0", names::node_object(&self.name, shard, node));
         let value = self.emu.get("pods", &self.namespace, &pod)?;
         value["status"]["podIP"].as_str()?.parse().ok()
     }
@@ -252,7 +257,7 @@ impl Sandbox {
         if let Ok(ip) = host.parse() {
             return ip;
         }
-        let service = shardgate_contract::names::shard_service(&self.name, shard);
+        let service = names::shard_service(&self.name, shard);
         self.emu
             .get("services", &self.namespace, &service)
             .and_then(|s| {
@@ -263,6 +268,24 @@ impl Sandbox {
             .unwrap_or(IpAddr::V4(self.options.node_ip))
     }
 
+    /// Key `key` of Secret `name` in the sandbox's namespace, as text.
+    pub fn secret_value(&self, name: &str, key: &str) -> Option<String> {
+        secret_value(&self.emu, &self.namespace, name, key)
+    }
+
+    /// How the operator logs in to the nodes (its system user), for the
+    /// readiness check's `CLUSTER MYID`.
+    fn operator_login(&self) -> anyhow::Result<Login> {
+        let system = names::system_secret(&self.name);
+        let password = self
+            .secret_value(&system, auth::OPERATOR_KEY)
+            .with_context(|| format!("Secret {system} has no operator password yet"))?;
+        Ok(Login {
+            username: auth::OPERATOR_USER.into(),
+            password,
+        })
+    }
+
     /// Waits until the cluster is ready (see the module docs) and returns
     /// its endpoints. Fails after `timeout`, saying what is still missing.
     pub async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<Ready> {
@@ -270,10 +293,18 @@ impl Sandbox {
         loop {
             let why = match self.check_ready().await {
                 Ok(endpoints) => {
+                    let users = names::users_secret(&self.name);
                     return Ok(Ready {
                         cluster: self.name.clone(),
                         namespace: self.namespace.clone(),
                         endpoints,
+                        username: auth::DEFAULT_USER.into(),
+                        password: self.secret_value(&users, auth::DEFAULT_USER),
+                        password_secret: format!(
+                            "{}/{users} key {}",
+                            self.namespace,
+                            auth::DEFAULT_USER
+                        ),
                         seconds: self.started.elapsed().as_secs_f64(),
                     });
                 }
@@ -322,12 +353,13 @@ impl Sandbox {
                 });
             }
         }
+        let login = self.operator_login()?;
         for e in &endpoints {
             let pod_ip = self
                 .pod_ip(e.shard, e.node)
                 .with_context(|| format!("shard {} node {} has no pod IP", e.shard, e.node))?;
-            let inside = my_id(SocketAddr::new(pod_ip, CLIENT_PORT)).await?;
-            let outside = my_id(e.address).await?;
+            let inside = my_id(SocketAddr::new(pod_ip, CLIENT_PORT), &login).await?;
+            let outside = my_id(e.address, &login).await?;
             if inside != outside {
                 bail!(
                     "{}:{} ({}) reaches node {outside}, not shard {} node {} ({inside})",
@@ -357,7 +389,17 @@ impl Sandbox {
     }
 }
 
-async fn my_id(addr: SocketAddr) -> anyhow::Result<String> {
-    let mut c = NodeClient::connect_with_timeout(addr, Duration::from_secs(2)).await?;
+async fn my_id(addr: SocketAddr, login: &Login) -> anyhow::Result<String> {
+    let mut c = NodeClient::connect_with_timeout(addr, Some(login), Duration::from_secs(2)).await?;
     Ok(c.my_id().await?)
+}
+
+/// The UTF-8 value of `key` in Secret `namespace/name` in `emu`, if both
+/// exist.
+pub fn secret_value(emu: &Emulator, namespace: &str, name: &str, key: &str) -> Option<String> {
+    let secret = emu.get("secrets", namespace, name)?;
+    let encoded = secret["data"][key].as_str()?;
+    let bytes: k8s_openapi::ByteString =
+        serde_json::from_value(Value::String(encoded.into())).ok()?;
+    String::from_utf8(bytes.0).ok()
 }

@@ -51,6 +51,32 @@ pub fn cluster(vc: &ValkeyCluster) -> m::Cluster {
                 EndpointType::Hostname => m::EndpointType::Hostname,
             },
         }),
+        users: spec.users.iter().map(user).collect(),
+    }
+}
+
+/// A `spec.users` entry without its password digests (the operator adds
+/// them from the Secrets, [`crate::credentials`]).
+fn user(u: &crate::crd::UserSpec) -> m::User {
+    m::User {
+        name: u.name.clone(),
+        enabled: u.enabled,
+        password_secret: u.password_secret.as_ref().map(|p| m::PasswordSecret {
+            name: p.name.clone().unwrap_or_default(),
+            keys: p.keys.clone(),
+        }),
+        password_hashes: Vec::new(),
+        nopass: u.nopass,
+        resetpass: u.resetpass,
+        commands_allow: u.commands.iter().flat_map(|c| c.allow.clone()).collect(),
+        commands_deny: u.commands.iter().flat_map(|c| c.deny.clone()).collect(),
+        keys: u.keys.as_ref().map(|k| m::KeyPatterns {
+            read_write: k.read_write.clone(),
+            read_only: k.read_only.clone(),
+            write_only: k.write_only.clone(),
+        }),
+        channels: u.channels.iter().flat_map(|c| c.patterns.clone()).collect(),
+        permissions: u.permissions.clone(),
     }
 }
 
@@ -72,6 +98,7 @@ pub fn input<'a, S: ServiceView + 'a, P: PodView + 'a>(
     let name = vc.name_any();
     Input {
         cluster: cluster(vc),
+        credentials: m::Credentials::default(),
         observed: m::Observed {
             services: services
                 .into_iter()

@@ -207,6 +207,7 @@ fn node_objects(owned: &Owned, n: &m::Node, w: &m::Workload) -> NodeObjects {
             status: None,
         },
         stateful_set: workload::stateful_set(
+            &owned.cluster,
             owned.meta(&n.name, labels.clone()),
             labels,
             selector,
@@ -226,7 +227,8 @@ fn service_port(name: &str, port: u32) -> ServicePort {
     }
 }
 
-fn owner_reference(vc: &ValkeyCluster) -> Option<OwnerReference> {
+/// The controller reference to `vc` that every object it owns carries.
+pub(crate) fn owner_reference(vc: &ValkeyCluster) -> Option<OwnerReference> {
     let uid = vc.uid()?;
     Some(OwnerReference {
         api_version: ValkeyCluster::api_version(&()).into_owned(),
@@ -242,6 +244,7 @@ fn owner_reference(vc: &ValkeyCluster) -> Option<OwnerReference> {
 mod tests {
     use super::*;
     use serde_json::json;
+    use shardgate_contract::auth;
 
     fn cluster(uid: Option<&str>) -> ValkeyCluster {
         let mut vc: ValkeyCluster = serde_json::from_value(json!({
@@ -378,11 +381,18 @@ mod tests {
                 .map(|v| v["name"].as_str().unwrap())
                 .collect();
             let want: &[&str] = if tls {
-                &["config", "data", "tls"]
+                &["config", "data", "acl", "system", "tls"]
             } else {
-                &["config", "data"]
+                &["config", "data", "acl", "system"]
             };
             assert_eq!(volumes, want);
+            // The ACL and the replication password come from the cluster's
+            // own Secrets, readable by the server's group only.
+            let secret = |i: usize| &pod["volumes"][i]["secret"];
+            assert_eq!(secret(2)["secretName"], names::acl_secret("c"));
+            assert_eq!(secret(3)["secretName"], names::system_secret("c"));
+            assert_eq!(secret(3)["items"][0]["key"], auth::REPLICATION_CONF);
+            assert_eq!(secret(2)["defaultMode"], 0o440);
             assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
             let server = &pod["containers"][0];
             assert_eq!(server["ports"][0]["name"], "vk-n1");

@@ -7,33 +7,36 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, TCPSocketAction,
-    Volume, VolumeMount,
+    EnvVarSource, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
+    TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use shardgate_contract::model::{self as m, Pair};
-use shardgate_contract::{names, paths};
+use shardgate_contract::{auth, names, paths};
 
 /// The server container's name.
 pub const SERVER_CONTAINER: &str = "server";
 /// The server container's cluster bus port name.
 pub const BUS_PORT_NAME: &str = "cluster-bus";
+/// The mode of Secret files in a node's pod: read by the server's group.
+const SECRET_FILE_MODE: i32 = 0o440;
 /// The uid and gid of the `valkey` user in the official image.
 const VALKEY_UID: i64 = 999;
 
 /// Node `node`'s StatefulSet, its pods labelled `pod_labels` and selected
-/// by `selector`.
+/// by `selector`; `cluster` names the cluster's Secrets.
 pub fn stateful_set(
+    cluster: &str,
     metadata: ObjectMeta,
     pod_labels: BTreeMap<String, String>,
     selector: BTreeMap<String, String>,
     node: &m::Node,
     w: &m::Workload,
 ) -> StatefulSet {
-    let (volumes, mounts) = volumes(node, w);
+    let (volumes, mounts) = volumes(cluster, node, w);
     StatefulSet {
         metadata,
         spec: StatefulSetSpec {
@@ -134,8 +137,10 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 }
 
 /// The node's volumes and where the server mounts them: its ConfigMap
-/// (`valkey.conf`), its data, and the TLS Secret when there is one.
-fn volumes(node: &m::Node, w: &m::Workload) -> (Vec<Volume>, Vec<VolumeMount>) {
+/// (`valkey.conf`), its data, the ACL Secret (the aclfile), from the system
+/// Secret only the replicas' `masterauth` include, and the TLS Secret when
+/// there is one. Secret files are readable by the server's group only.
+fn volumes(cluster: &str, node: &m::Node, w: &m::Workload) -> (Vec<Volume>, Vec<VolumeMount>) {
     let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
         name: name.into(),
         mount_path: path.into(),
@@ -161,6 +166,28 @@ fn volumes(node: &m::Node, w: &m::Workload) -> (Vec<Volume>, Vec<VolumeMount>) {
             ..Volume::default()
         },
     ];
+    let secret = |name: &str, secret: String, items: Option<Vec<KeyToPath>>| Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret),
+            items,
+            default_mode: Some(SECRET_FILE_MODE),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    mounts.push(mount("acl", paths::ACL_DIR, true));
+    volumes.push(secret("acl", names::acl_secret(cluster), None));
+    mounts.push(mount("system", paths::SYSTEM_DIR, true));
+    volumes.push(secret(
+        "system",
+        names::system_secret(cluster),
+        Some(vec![KeyToPath {
+            key: auth::REPLICATION_CONF.into(),
+            path: auth::REPLICATION_CONF.into(),
+            ..KeyToPath::default()
+        }]),
+    ));
     if let Some(secret) = &w.tls_secret {
         mounts.push(mount("tls", paths::TLS_DIR, true));
         volumes.push(Volume {

@@ -14,6 +14,10 @@ pub enum Error {
     Join(#[from] tokio::task::JoinError),
     #[error("cluster has no uid or namespace")]
     Incomplete,
+    /// An object at a name the cluster needs is not the cluster's: nothing
+    /// was applied to it.
+    #[error("{0} exists and is not owned by this cluster: it is left alone")]
+    Conflict(String),
     // Boxed: a Valkey error carries the client's error and the step, and
     // would make every `Result` of a reconcile that large.
     #[error("{0}")]
@@ -41,6 +45,7 @@ impl Error {
             Error::Kube(_) => "ApiError",
             Error::Module(_) | Error::Join(_) => "ModuleFailed",
             Error::Incomplete => "Incomplete",
+            Error::Conflict(_) => "NameConflict",
             Error::Valkey(_) | Error::Topology(_) => "ValkeyFailed",
         }
     }

@@ -1,18 +1,30 @@
 //! Stage 2, the guest: the reconcile module computes the desired state from
-//! the input, off the async threads. A call that traps, runs out of time or
-//! memory counts towards rolling the module back; a verdict on an invalid
-//! spec is an answer like any other.
+//! the input, off the async threads, within a slot of the memory budget and
+//! under the wall-clock guard ([`shardgate_wasm::guard`]). A call that
+//! traps, exits, runs out of time or memory counts towards rolling the
+//! module back (per cluster); a verdict on an invalid spec is an answer
+//! like any other.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use shardgate_contract::model::{Desired, Input, Violation};
 use shardgate_valkey::Nodes;
+use shardgate_wasm::guard;
 
 use super::Error;
 use crate::context::Context;
 
 /// The desired state, or the violations that refuse the spec.
 pub type Verdict = Result<Desired, Vec<Violation>>;
+
+/// How long a reconcile waits for a guest call slot before it fails (a
+/// host error, retried with backoff; it does not count against the module).
+pub const SLOT_WAIT: Duration = Duration::from_secs(30);
+
+/// The key a cluster's module failures are counted under: `namespace/name`.
+pub fn failure_key(input: &Input) -> String {
+    format!("{}/{}", input.cluster.namespace, input.cluster.name)
+}
 
 /// Calls the serving module on `input`, with the Valkey nodes' facts.
 pub async fn call(
@@ -21,24 +33,32 @@ pub async fn call(
     valkey: Option<&Nodes>,
 ) -> Result<Verdict, Error> {
     input.observed.valkey = valkey.map(Nodes::facts);
+    let key = failure_key(&input);
     let module = ctx.module();
     let used = module.clone();
-    // Timed on the blocking thread, so waiting for a free thread is not
-    // counted as guest time.
-    let (result, guest_time) = tokio::task::spawn_blocking(move || {
+    let deadline = guard::deadline_of(&*module);
+    // Timed on the blocking thread, so waiting for a slot or a free thread
+    // is not counted as guest time.
+    let called = guard::call(ctx.budget(), Some(SLOT_WAIT), deadline, move || {
         let started = Instant::now();
         let result = module.reconcile(&input);
         (result, started.elapsed())
     })
-    .await?;
+    .await;
+    let (result, guest_time) = match called {
+        Ok((result, time)) => (result, Some(time)),
+        Err(e) => (Err(e), None),
+    };
     match result {
         Ok(verdict) => {
-            ctx.module_succeeded(&used);
-            ctx.metrics.observe_guest(guest_time);
+            ctx.module_succeeded(&used, &key);
+            if let Some(time) = guest_time {
+                ctx.metrics.observe_guest(time);
+            }
             Ok(verdict.map_err(|invalid| invalid.violations))
         }
         Err(e) => {
-            ctx.module_failed(&used, &e);
+            ctx.module_failed(&used, &key, &e);
             Err(e.into())
         }
     }
@@ -87,7 +107,7 @@ mod tests {
     #[tokio::test]
     async fn answers_count_as_successes_and_traps_roll_the_module_back() {
         type Call = fn() -> Result<Result<Desired, GuestError>, CallError>;
-        let cases: [(&str, Call, &str, &str); 4] = [
+        let cases: [(&str, Call, &str, &str); 6] = [
             ("desired", || Ok(Ok(Desired::default())), "desired", "new"),
             ("refusal", invalid, "refused: spec.shards", "new"),
             (
@@ -99,6 +119,18 @@ mod tests {
             (
                 "host error",
                 || Err(CallError::Host(anyhow::anyhow!("no thread"))),
+                "module failed",
+                "new",
+            ),
+            (
+                "exit",
+                || Err(CallError::Exit(3)),
+                "module failed",
+                "previous",
+            ),
+            (
+                "no slot",
+                || Err(CallError::Busy(Duration::from_secs(1))),
                 "module failed",
                 "new",
             ),

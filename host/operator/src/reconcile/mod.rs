@@ -2,16 +2,20 @@
 //! each a module with its decisions tested beside it:
 //!
 //! 1. [`observe`]: what the cluster owns, each Pod projected once, and its
-//!    Valkey nodes' facts;
+//!    Valkey nodes' facts, read as the operator's system user once
+//!    [`credentials`] has found every user's passwords (a missing one
+//!    refuses the spec);
 //! 2. [`guest`]: the reconcile module's desired state, or a refusal that
 //!    applies and deletes nothing;
-//! 3. [`apply`]: every desired object not already in place;
+//! 3. [`apply`]: the ACL Secret ([`credentials::deliver_acl`]), then every
+//!    desired object not already in place;
 //! 4. [`reshape`]: the Valkey nodes announce live, then the topology plan's
 //!    steps run;
 //! 5. [`prune`]: what the cluster owns and no longer wants;
 //! 6. [`status`]: computed in one pure function, written when it differs.
 
 mod apply;
+mod credentials;
 mod error;
 mod events;
 mod guest;
@@ -40,6 +44,9 @@ use crate::context::Context;
 pub const RESYNC: Duration = Duration::from_secs(300);
 /// How soon to look again while something is still pending.
 pub const PENDING_RECHECK: Duration = Duration::from_secs(15);
+/// How soon to look again at a spec refused for a password the operator
+/// could not read: Secrets are read by name, never watched.
+pub const SECRET_RECHECK: Duration = Duration::from_secs(5);
 /// How soon to look again when the object caches have not been listed yet.
 pub const CACHE_RECHECK: Duration = Duration::from_millis(200);
 /// How soon to look again while the Valkey cluster is forming or changing
@@ -80,16 +87,23 @@ pub fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> A
 }
 
 async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
-    let (snapshot, input) = observe::objects(vc, ctx)?;
-    let mut nodes = observe::valkey(ctx, vc, &snapshot).await;
+    let (snapshot, mut input) = observe::objects(vc, ctx)?;
+    let login = match credentials::resolve(ctx, vc, &mut input).await? {
+        Ok(login) => login,
+        Err(violations) => {
+            return status::refuse(vc, ctx, &violations, Some(SECRET_RECHECK)).await;
+        }
+    };
+    let mut nodes = observe::valkey(ctx, vc, &snapshot, &login).await;
     let desired = match guest::call(ctx, input, nodes.as_ref()).await? {
         Ok(desired) => desired,
-        Err(violations) => return status::refuse(vc, ctx, &violations).await,
+        Err(violations) => return status::refuse(vc, ctx, &violations, None).await,
     };
     events::warnings(ctx, vc, &desired).await;
+    let acl_marker = credentials::deliver_acl(ctx, vc, &desired.acl).await?;
     let objects = convert::objects(vc, &desired);
     let applied = apply::run(ctx, vc, &objects).await?;
-    let reshaped = reshape::run(ctx, vc, &snapshot, nodes.as_mut(), &desired).await?;
+    let reshaped = reshape::run(ctx, vc, &snapshot, nodes.as_mut(), &desired, &acl_marker).await?;
     let deleted = prune::run(ctx, vc, &snapshot, &objects, reshaped.announce_spreading).await?;
     let changed = applied.changed + deleted;
     let progress = Progress {
@@ -98,6 +112,7 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
         wanted_nodes: desired.nodes.len(),
         formation: nodes.is_some().then(|| (&desired.topology).into()),
         announce_spreading: reshaped.announce_spreading,
+        acl_pending: reshaped.acl_waiting,
         conflicts: applied.conflicts,
     };
     let pending = shardgate_k8s::status::pending(&desired.status, &progress);
@@ -121,7 +136,7 @@ fn next_look(outcome: &Outcome<'_>, reshaped: reshape::Reshaped, pending: bool) 
         }
         Outcome::Refused { .. } => false,
     };
-    if forming || reshaped.steps > 0 || reshaped.announce_spreading {
+    if forming || reshaped.steps > 0 || reshaped.announce_spreading || reshaped.acl_waiting > 0 {
         TOPOLOGY_RECHECK
     } else if pending {
         PENDING_RECHECK
@@ -153,6 +168,7 @@ mod tests {
         let reshaped = |steps, announce_spreading| reshape::Reshaped {
             steps,
             announce_spreading,
+            acl_waiting: 0,
         };
         for (formed, steps, spreading, pending, want) in [
             (Some(false), 0, false, false, TOPOLOGY_RECHECK),

@@ -7,7 +7,7 @@ use shardgate_contract::model::Input;
 use shardgate_k8s::convert;
 use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_k8s::snapshot::Snapshot;
-use shardgate_valkey::Nodes;
+use shardgate_valkey::{Login, Nodes};
 
 use super::Error;
 use crate::context::Context;
@@ -28,11 +28,17 @@ pub fn objects(vc: &ValkeyCluster, ctx: &Context) -> Result<(Snapshot, Input), E
 /// The cluster's answering Valkey nodes, or `None` when the operator does
 /// not talk to Valkey for this cluster: it was told not to, or the cluster
 /// serves TLS only (the operator has no client certificate yet).
-pub async fn valkey(ctx: &Context, vc: &ValkeyCluster, snapshot: &Snapshot) -> Option<Nodes> {
+/// Every node is logged in to as `login`.
+pub async fn valkey(
+    ctx: &Context,
+    vc: &ValkeyCluster,
+    snapshot: &Snapshot,
+    login: &Login,
+) -> Option<Nodes> {
     if !manages_valkey(ctx.manage_valkey, vc) {
         return None;
     }
-    Some(Nodes::observe(snapshot.valkey_targets()).await)
+    Some(Nodes::observe(snapshot.valkey_targets(), Some(login)).await)
 }
 
 fn manages_valkey(allowed: bool, vc: &ValkeyCluster) -> bool {

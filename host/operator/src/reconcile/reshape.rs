@@ -1,5 +1,6 @@
-//! Stage 4, reshape: the running Valkey nodes announce what the guest
-//! computed (`CONFIG SET`, no restart), then every step of its topology plan
+//! Stage 4, reshape: the running Valkey nodes load the cluster's ACL
+//! revision (`ACL LOAD`, only where it is not loaded yet) and announce what
+//! the guest computed (`CONFIG SET`, no restart), then every step of its topology plan
 //! runs in order, `Restart` (a Pod deleted, recreated from the current template)
 //! included. It runs before the prune, so external endpoints stop being
 //! announced before their Services go, and departing shards are drained
@@ -26,6 +27,8 @@ pub struct Reshaped {
     /// Some node does not yet see another's new announcement: a client may
     /// still be redirected to an old endpoint, so nothing may be pruned.
     pub announce_spreading: bool,
+    /// Nodes whose mounted aclfile is not the new revision yet.
+    pub acl_waiting: usize,
 }
 
 /// Runs the stage on the answering `nodes`; nothing without them (the
@@ -36,10 +39,15 @@ pub async fn run(
     snapshot: &Snapshot,
     nodes: Option<&mut Nodes>,
     desired: &Desired,
+    acl_marker: &str,
 ) -> Result<Reshaped, Error> {
     let Some(nodes) = nodes else {
         return Ok(Reshaped::default());
     };
+    let acl = nodes.sync_acl(acl_marker).await?;
+    if acl.loaded > 0 {
+        info!(nodes = acl.loaded, "ACL reloaded live");
+    }
     let settings = nodes.announce(desired).await?;
     if settings > 0 {
         info!(settings, "announce settings changed live");
@@ -58,6 +66,7 @@ pub async fn run(
     Ok(Reshaped {
         steps: steps.len(),
         announce_spreading,
+        acl_waiting: acl.waiting,
     })
 }
 

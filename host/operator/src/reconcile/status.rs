@@ -2,6 +2,8 @@
 //! ([`shardgate_k8s::status::compute`], shared with `shardgate render`) and
 //! written through the status subresource only when it differs.
 
+use std::time::Duration;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -60,11 +62,14 @@ pub async fn publish(
 }
 
 /// A spec the guest refuses: nothing is applied or deleted; the status and
-/// an Event say why, and nothing more happens until the spec changes.
+/// an Event say why, and nothing more happens until the spec changes, or,
+/// with `recheck` (a refusal that rests on something the operator does not
+/// watch, such as a Secret), until that much time has passed.
 pub async fn refuse(
     vc: &ValkeyCluster,
     ctx: &Context,
     violations: &[Violation],
+    recheck: Option<Duration>,
 ) -> Result<Action, Error> {
     let message = violations
         .iter()
@@ -83,7 +88,7 @@ pub async fn refuse(
     )
     .await;
     publish(vc, ctx, &Outcome::Refused { message }).await?;
-    Ok(Action::await_change())
+    Ok(recheck.map_or_else(Action::await_change, Action::requeue))
 }
 
 /// What writing `next` over `previous` takes.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use shardgate_contract::model::Severity;
 
 use super::golden::{self, Golden};
+use crate::guard::Guarded;
 use crate::precompiled::{Precompiled, sha256_hex};
 use crate::{CallError, Engine, Reconciler};
 
@@ -20,7 +21,7 @@ pub enum Rejection {
     /// The bytes are not the pinned ones.
     #[error("digest mismatch: expected {expected}, got {got}")]
     DigestMismatch { expected: String, got: String },
-    /// Not a component, or not one exporting `shardgate:reconcile@0.2.0`
+    /// Not a component, or not one exporting `shardgate:reconcile@0.3.0`
     /// with the right types (the message says which).
     #[error("not a reconcile module: {0}")]
     Load(String),
@@ -37,17 +38,19 @@ pub enum Rejection {
 
 impl Rejection {
     /// A short machine-readable reason: `read`, `digest`, `load`,
-    /// `deadline`, `memory`, `trap`, `call`, `self-check`, `rolled-back`.
+    /// `deadline`, `memory`, `trap`, `exit`, `call`, `self-check`,
+    /// `rolled-back`.
     pub fn kind(&self) -> &'static str {
         match self {
             Rejection::Read(_) => "read",
             Rejection::DigestMismatch { .. } => "digest",
             Rejection::Load(_) => "load",
             Rejection::SelfCheckCall { error, .. } => match error {
-                CallError::Deadline(_) => "deadline",
+                CallError::Deadline(_) | CallError::Abandoned(_) => "deadline",
                 CallError::MemoryCap(_) => "memory",
                 CallError::Trap(_) => "trap",
-                CallError::Host(_) => "call",
+                CallError::Exit(_) => "exit",
+                CallError::Busy(_) | CallError::Host(_) => "call",
             },
             Rejection::SelfCheckFailed { .. } => "self-check",
             Rejection::RolledBack(_) => "rolled-back",
@@ -86,7 +89,9 @@ pub struct Candidate<'a> {
 }
 
 impl Candidate<'_> {
-    /// Digest, compile + type check, self-check.
+    /// Digest, compile + type check, self-check. Every call of the
+    /// self-check runs under the wall-clock guard ([`Guarded`]), so a module
+    /// stuck in host code cannot hold the check (or `check-module`) up.
     /// With `precompiled`, a verified precompiled copy is loaded instead of
     /// compiling (see [`crate::precompiled`]).
     pub fn check(
@@ -115,9 +120,10 @@ impl Candidate<'_> {
         .map_err(|e| Rejection::Load(format!("{e:#}")))?;
         let compile = compiling.elapsed();
         let checking = Instant::now();
-        self_check(&module, golden)?;
+        let module: Arc<dyn Reconciler> = Arc::new(module);
+        self_check(&Guarded(module.clone()), golden)?;
         Ok(Accepted {
-            module: Arc::new(module),
+            module,
             digest,
             timings: CheckTimings {
                 digest: digest_time,

@@ -87,6 +87,7 @@ fn cluster(name: &str, shards: i32, replicas: i32, external: Option<ExternalAcce
         resources: None,
         tls: None,
         external_access: external,
+        users: Vec::new(),
     }
 }
 
@@ -104,6 +105,7 @@ impl Golden {
     pub fn builtin() -> Golden {
         let nodeport = GoldenCase {
             input: Input {
+                credentials: Default::default(),
                 cluster: cluster(
                     "golden-nodeport",
                     3,
@@ -143,6 +145,7 @@ impl Golden {
             .collect();
         let lb = GoldenCase {
             input: Input {
+                credentials: Default::default(),
                 cluster: cluster(
                     "golden-lb",
                     2,
@@ -169,6 +172,7 @@ impl Golden {
         };
         let internal = GoldenCase {
             input: Input {
+                credentials: Default::default(),
                 cluster: cluster("golden-internal", 1, 0, None),
                 observed: Observed::default(),
                 other_clusters: Vec::new(),

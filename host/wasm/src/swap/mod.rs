@@ -13,9 +13,14 @@
 //! and the rejection is logged and reported to the [`Observer`] (the
 //! operator counts it, `shardgate_module_swaps_total{result="rejected"}`, and
 //! records a `ModuleRejected` Event). A module that passes the checks but
-//! then fails at reconcile time (trap, deadline, memory cap)
-//! `rollback_after` times in a row is replaced by the previous good module
-//! (`ModuleRolledBack`).
+//! then fails at reconcile time (trap, deadline, memory cap, exit)
+//! `rollback_after` times in a row *on one cluster* is replaced by the
+//! previous good module (`ModuleRolledBack`), however many other clusters
+//! it serves well: failures are counted per cluster ([`Failures`]).
+//!
+//! Every guest call of the hosts, and the self-check of an offered
+//! candidate, takes a slot of the manager's memory budget
+//! ([`ModuleManager::budget`]).
 //!
 //! A file source is followed here ([`source`]); a host follows other
 //! sources (a ConfigMap, through the Kubernetes API) and offers what it
@@ -25,7 +30,7 @@ pub mod candidate;
 pub mod golden;
 pub mod source;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -35,6 +40,7 @@ use tracing::{info, warn};
 pub use candidate::{Accepted, Candidate, CheckTimings, Rejection};
 pub use golden::Golden;
 
+use crate::budget::CallBudget;
 use crate::precompiled::{Precompiled, sha256_hex};
 use crate::{CallError, EMBEDDED_GUEST, Engine, Reconciler, Tier};
 
@@ -232,11 +238,42 @@ impl Checker {
     }
 }
 
+/// Consecutive reconcile-time failures of the serving module, per cluster
+/// (`namespace/name`; the empty key for callers that name none). A
+/// cluster's count goes when it succeeds, and every count when the module
+/// is swapped or rolled back.
+#[derive(Debug, Default)]
+pub struct Failures(HashMap<String, u32>);
+
+impl Failures {
+    /// Counts a failure on `cluster`; returns its failures in a row.
+    pub fn failed(&mut self, cluster: &str) -> u32 {
+        let n = self.0.entry(cluster.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// `cluster` was answered: its run of failures ends. Others' do not.
+    pub fn succeeded(&mut self, cluster: &str) {
+        self.0.remove(cluster);
+    }
+
+    /// `cluster`'s failures in a row.
+    pub fn of(&self, cluster: &str) -> u32 {
+        self.0.get(cluster).copied().unwrap_or(0)
+    }
+
+    /// Forgets every count (a new module serves).
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 struct State {
     current: Serving,
     previous: Option<Serving>,
-    /// Consecutive reconcile-time failures of `current`.
-    failures: u32,
+    /// Consecutive reconcile-time failures of `current`, per cluster.
+    failures: Failures,
     /// Digests rolled back; never taken again.
     rolled_back: HashSet<String>,
     last_check: Option<CheckTimings>,
@@ -251,6 +288,7 @@ pub struct ModuleManager {
     serving: RwLock<Arc<dyn Reconciler>>,
     observer: Arc<dyn Observer>,
     rollback_after: u32,
+    budget: CallBudget,
     reconcile_all: broadcast::Sender<()>,
 }
 
@@ -264,15 +302,29 @@ impl ModuleManager {
             state: Mutex::new(State {
                 current: initial,
                 previous: None,
-                failures: 0,
+                failures: Failures::default(),
                 rolled_back: HashSet::new(),
                 last_check: None,
                 last_rejection: None,
             }),
             observer,
             rollback_after: DEFAULT_ROLLBACK_AFTER,
+            budget: CallBudget::operator_default(),
             reconcile_all,
         }
+    }
+
+    /// Runs guest calls within `budget` (default:
+    /// [`CallBudget::operator_default`]).
+    pub fn with_budget(mut self, budget: CallBudget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The memory budget every guest call through this manager's modules
+    /// takes a slot of ([`crate::guard::call`]).
+    pub fn budget(&self) -> &CallBudget {
+        &self.budget
     }
 
     /// Rolls back after `n` consecutive reconcile-time failures (at least 1).
@@ -337,6 +389,16 @@ impl ModuleManager {
         }
         let pin = source.sha256().map(String::from);
         let bytes: Arc<[u8]> = bytes.into();
+        // The self-check calls the candidate: a slot of the budget, held
+        // for the whole check.
+        let _slot = match self.budget.acquire(None).await {
+            Ok(slot) => slot,
+            Err(e) => {
+                let r = Rejection::Read(format!("no guest call slot for the check: {e}"));
+                self.reject(&label, &r);
+                return Err(r);
+            }
+        };
         if checker.baseline_first(&digest) {
             match checker
                 .check_on(Tier::Baseline, bytes.clone(), pin.clone())
@@ -428,7 +490,7 @@ impl ModuleManager {
             if old.digest != serving.digest {
                 st.previous = Some(old);
             }
-            st.failures = 0;
+            st.failures.clear();
         }
         info!(digest = %serving.digest, source = %serving.source, "reconcile module serving");
         let _ = self.reconcile_all.send(());
@@ -456,21 +518,42 @@ impl ModuleManager {
         );
     }
 
-    /// A reconcile's guest call through `used` succeeded (an invalid-spec
-    /// verdict is a success too).
+    /// A guest call through `used` succeeded, for no cluster in
+    /// particular: [`Self::module_succeeded_on`] with the empty key.
     pub fn module_succeeded(&self, used: &Arc<dyn Reconciler>) {
+        self.module_succeeded_on(used, "");
+    }
+
+    /// A guest call through `used` failed, for no cluster in particular:
+    /// [`Self::module_failed_on`] with the empty key.
+    pub fn module_failed(&self, used: &Arc<dyn Reconciler>, error: &CallError) -> bool {
+        self.module_failed_on(used, "", error)
+    }
+
+    /// A reconcile of `cluster` (`namespace/name`) got an answer through
+    /// `used` (an invalid-spec verdict is an answer too): that cluster's run
+    /// of failures ends; other clusters' runs go on.
+    pub fn module_succeeded_on(&self, used: &Arc<dyn Reconciler>, cluster: &str) {
         let mut st = self.state.lock().unwrap();
         if Arc::ptr_eq(used, &st.current.module) {
-            st.failures = 0;
+            st.failures.succeeded(cluster);
         }
     }
 
-    /// A reconcile's guest call through `used` failed. Deadline, memory cap
-    /// and trap count towards a rollback; host errors do not, nor do
-    /// failures of a module that no longer serves. Returns whether this
-    /// rolled back.
-    pub fn module_failed(&self, used: &Arc<dyn Reconciler>, error: &CallError) -> bool {
-        if matches!(error, CallError::Host(_)) {
+    /// A reconcile of `cluster` (`namespace/name`) failed in its guest call
+    /// through `used`. Module failures ([`CallError::is_module_failure`]:
+    /// deadline, memory cap, trap, exit, abandoned) count towards a
+    /// rollback; host errors do not, nor do failures of a module that no
+    /// longer serves. `rollback_after` failures in a row on one cluster
+    /// roll back, whatever other clusters do. Returns whether this rolled
+    /// back.
+    pub fn module_failed_on(
+        &self,
+        used: &Arc<dyn Reconciler>,
+        cluster: &str,
+        error: &CallError,
+    ) -> bool {
+        if !error.is_module_failure() {
             return false;
         }
         let (from, to) = {
@@ -478,14 +561,15 @@ impl ModuleManager {
             if !Arc::ptr_eq(used, &st.current.module) {
                 return false;
             }
-            st.failures = st.failures.saturating_add(1);
-            if st.failures < self.rollback_after {
+            let failures = st.failures.failed(cluster);
+            if failures < self.rollback_after {
                 return false;
             }
             let Some(previous) = st.previous.take() else {
-                if st.failures == self.rollback_after {
+                if failures == self.rollback_after {
                     warn!(
-                        failures = st.failures,
+                        failures,
+                        %cluster,
                         digest = %st.current.digest,
                         "reconcile module keeps failing and there is no previous module to roll back to"
                     );
@@ -494,12 +578,14 @@ impl ModuleManager {
             };
             let bad = std::mem::replace(&mut st.current, previous.clone());
             st.rolled_back.insert(bad.digest.clone());
-            st.failures = 0;
+            st.failures.clear();
             self.observer.serving(Some(&bad), &previous);
             *self.serving.write().unwrap() = previous.module.clone();
             st.last_rejection = Some(format!(
-                "rolled back {} after {} failures: {error}",
-                bad.digest, self.rollback_after
+                "rolled back {} after {} failures in a row on {}: {error}",
+                bad.digest,
+                self.rollback_after,
+                cluster_label(cluster)
             ));
             (bad, previous)
         };
@@ -507,6 +593,7 @@ impl ModuleManager {
             from = %from.digest,
             to = %to.digest,
             failures = self.rollback_after,
+            %cluster,
             last_error = %error,
             "reconcile module rolled back to the previous good module"
         );
@@ -515,12 +602,26 @@ impl ModuleManager {
             "ModuleRolledBack",
             "RollbackModule",
             format!(
-                "{} ({}) failed {} reconciles in a row (last: {error}); rolled back to {} ({})",
-                from.digest, from.source, self.rollback_after, to.digest, to.source
+                "{} ({}) failed {} reconciles in a row on {} (last: {error}); rolled back to {} ({})",
+                from.digest,
+                from.source,
+                self.rollback_after,
+                cluster_label(cluster),
+                to.digest,
+                to.source
             ),
         );
         let _ = self.reconcile_all.send(());
         true
+    }
+}
+
+/// How a failure key reads in messages.
+fn cluster_label(cluster: &str) -> String {
+    if cluster.is_empty() {
+        "any cluster".into()
+    } else {
+        format!("cluster {cluster}")
     }
 }
 

@@ -251,6 +251,81 @@ fn consecutive_failures_roll_back_to_the_previous_module() {
     assert!(Arc::ptr_eq(&m.module(), &good));
 }
 
+#[test]
+fn failures_are_counted_per_cluster() {
+    let mut f = Failures::default();
+    assert_eq!(f.failed("ns/a"), 1);
+    assert_eq!(f.failed("ns/b"), 1);
+    assert_eq!(f.failed("ns/a"), 2);
+    f.succeeded("ns/b");
+    assert_eq!(
+        f.of("ns/a"),
+        2,
+        "another cluster's success ends only its own run"
+    );
+    assert_eq!(f.of("ns/b"), 0);
+    f.succeeded("ns/a");
+    assert_eq!(f.failed("ns/a"), 1, "a success ends the run");
+    f.clear();
+    assert_eq!(f.of("ns/a"), 0);
+}
+
+#[test]
+fn one_failing_cluster_among_healthy_ones_rolls_back() {
+    let observer = Arc::new(Recorded::default());
+    let good: Arc<dyn Reconciler> = Arc::new(Native);
+    let bad: Arc<dyn Reconciler> = Arc::new(Native);
+    let m =
+        ModuleManager::new(serving(good.clone(), "good"), observer.clone()).with_rollback_after(3);
+    m.install(serving(bad.clone(), "bad"));
+    let healthy: Vec<String> = (0..10).map(|i| format!("default/c{i}")).collect();
+    // Ten clusters answered between every failure of the eleventh: with one
+    // global count they would reset it for ever.
+    for round in 0..3 {
+        for c in &healthy {
+            m.module_succeeded_on(&bad, c);
+        }
+        // Host errors and a slot shortage are not the module's failures.
+        assert!(!m.module_failed_on(
+            &bad,
+            "default/victim",
+            &CallError::Host(anyhow::anyhow!("x"))
+        ));
+        assert!(!m.module_failed_on(
+            &bad,
+            "default/victim",
+            &CallError::Busy(std::time::Duration::from_secs(1))
+        ));
+        let rolled = m.module_failed_on(&bad, "default/victim", &CallError::Exit(3));
+        assert_eq!(rolled, round == 2, "round {round}");
+    }
+    assert_eq!(m.serving().digest, "good");
+    assert_eq!(*observer.rollbacks.lock().unwrap(), 1);
+    let why = m.last_rejection().unwrap();
+    assert!(why.contains("cluster default/victim"), "{why}");
+    assert!(why.contains("called exit(3)"), "{why}");
+}
+
+#[test]
+fn failures_spread_over_clusters_do_not_roll_back() {
+    let good: Arc<dyn Reconciler> = Arc::new(Native);
+    let bad: Arc<dyn Reconciler> = Arc::new(Native);
+    let m = ModuleManager::new(serving(good, "good"), Arc::new(Unobserved)).with_rollback_after(3);
+    m.install(serving(bad.clone(), "bad"));
+    let trap = CallError::Trap("x".into());
+    for c in ["default/a", "default/b", "default/a", "default/b"] {
+        assert!(!m.module_failed_on(&bad, c, &trap));
+    }
+    m.module_succeeded_on(&bad, "default/a");
+    assert!(!m.module_failed_on(&bad, "default/a", &trap));
+    assert!(!m.module_failed_on(&bad, "default/a", &trap));
+    assert_eq!(m.serving().digest, "bad");
+    assert!(
+        m.module_failed_on(&bad, "default/b", &trap),
+        "b's third in a row"
+    );
+}
+
 #[tokio::test]
 async fn a_rolled_back_digest_is_not_taken_again() {
     let engine = Arc::new(Engine::new(Limits::default()).unwrap());

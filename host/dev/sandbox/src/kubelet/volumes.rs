@@ -231,22 +231,49 @@ fn relative(path: &str) -> Result<PathBuf, String> {
     Ok(p.to_path_buf())
 }
 
-/// Replaces `dir`'s contents with `files`, rewriting mount paths in UTF-8
-/// files when `rewrite` is given.
+/// Makes `dir` hold exactly `files`, rewriting mount paths in UTF-8 files
+/// when `rewrite` is given. Only files whose bytes differ are written, each
+/// atomically (a temporary file renamed over it), so a process reading a
+/// file while the volume is refreshed sees the old or the new file, whole.
 fn write_volume(dir: &Path, files: &Files, rewrite: Option<&[Mount]>) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
     std::fs::create_dir_all(dir)?;
     for (path, bytes) in files {
         let target = dir.join(path);
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        match (rewrite, std::str::from_utf8(bytes)) {
-            (Some(mounts), Ok(text)) => std::fs::write(&target, rewrite_paths(text, mounts))?,
-            _ => std::fs::write(&target, bytes)?,
+        let bytes = match (rewrite, std::str::from_utf8(bytes)) {
+            (Some(mounts), Ok(text)) => rewrite_paths(text, mounts).into_bytes(),
+            _ => bytes.clone(),
+        };
+        if std::fs::read(&target).is_ok_and(|have| have == bytes) {
+            continue;
+        }
+        let tmp = target.with_file_name(format!(
+            ".{}.tmp",
+            target.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        std::fs::write(&tmp, &bytes)?;
+        std::fs::rename(&tmp, &target)?;
+    }
+    remove_stale(dir, dir, files)
+}
+
+/// Removes every file under `at` that `files` (relative to `root`) does not
+/// hold, and directories left empty.
+fn remove_stale(root: &Path, at: &Path, files: &Files) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(at)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            remove_stale(root, &path, files)?;
+            if std::fs::read_dir(&path)?.next().is_none() {
+                std::fs::remove_dir(&path)?;
+            }
+        } else if !path
+            .strip_prefix(root)
+            .is_ok_and(|rel| files.contains_key(rel))
+        {
+            std::fs::remove_file(&path)?;
         }
     }
     Ok(())
@@ -303,6 +330,36 @@ mod tests {
         );
         assert_eq!(std::fs::read(dir.join("bin")).unwrap(), [0xff, b'/', b'd']);
         assert!(!dir.join("old").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_refresh_rewrites_only_what_changed_and_renames_it_in() {
+        use std::os::unix::fs::MetadataExt;
+        let dir =
+            std::env::temp_dir().join(format!("shardgate-volumes-refresh-{}", std::process::id()));
+        let files = |acl: &str| {
+            Files::from([
+                (PathBuf::from("users.acl"), acl.as_bytes().to_vec()),
+                (PathBuf::from("sub/keep"), b"k".to_vec()),
+            ])
+        };
+        let ino = |p: &str| std::fs::metadata(dir.join(p)).unwrap().ino();
+        write_volume(&dir, &files("a"), None).unwrap();
+        let (acl, keep) = (ino("users.acl"), ino("sub/keep"));
+        write_volume(&dir, &files("a"), None).unwrap();
+        assert_eq!((ino("users.acl"), ino("sub/keep")), (acl, keep));
+        write_volume(&dir, &files("b"), None).unwrap();
+        assert_ne!(ino("users.acl"), acl, "a changed file is renamed in");
+        assert_eq!(ino("sub/keep"), keep, "an unchanged file is left alone");
+        assert_eq!(std::fs::read_to_string(dir.join("users.acl")).unwrap(), "b");
+        write_volume(
+            &dir,
+            &Files::from([(PathBuf::from("users.acl"), b"b".to_vec())]),
+            None,
+        )
+        .unwrap();
+        assert!(!dir.join("sub").exists(), "stale files and empty dirs go");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
