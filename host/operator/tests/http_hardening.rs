@@ -7,21 +7,15 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
+use shardgate_http::testing::{
+    DEADLINE, LONG, SHORT, closed_by_server, finished, healthz_kept_alive,
+};
 use shardgate_operator::Metrics;
 use shardgate_operator::http::{self, Health, Limits};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-
-/// How long a test waits for what must happen.
-const DEADLINE: Duration = Duration::from_secs(30);
-/// The short timeout under test.
-const SHORT: Duration = Duration::from_millis(200);
-/// A timeout that never fires during a test.
-const LONG: Duration = Duration::from_secs(600);
 
 struct Server {
     addr: SocketAddr,
@@ -49,82 +43,27 @@ async fn start(limits: Limits) -> Server {
     }
 }
 
+async fn connect(addr: SocketAddr) -> TcpStream {
+    TcpStream::connect(addr).await.unwrap()
+}
+
 /// One request on a new connection; returns the response's status line.
 async fn get(addr: SocketAddr, path: &str) -> String {
-    tokio::time::timeout(DEADLINE, async {
-        let mut tcp = TcpStream::connect(addr).await.unwrap();
-        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-        tcp.write_all(request.as_bytes()).await.unwrap();
-        let mut response = Vec::new();
-        tcp.read_to_end(&mut response).await.unwrap();
-        let response = String::from_utf8_lossy(&response).into_owned();
-        response.lines().next().unwrap_or_default().to_string()
-    })
-    .await
-    .unwrap_or_else(|_| panic!("GET {path} not answered within {DEADLINE:?}"))
-}
-
-/// Sends a keep-alive `GET /healthz` on `tcp` and reads its whole response.
-async fn healthz_kept_alive(tcp: &mut TcpStream) {
-    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = Vec::new();
-    let mut chunk = [0u8; 512];
-    while !response.ends_with(b"\r\n\r\nok") {
-        let n = tcp.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "closed before the response ended");
-        response.extend_from_slice(&chunk[..n]);
-    }
-    assert!(response.starts_with(b"HTTP/1.1 200"));
-}
-
-/// Waits (up to [`DEADLINE`]) for the server to close `tcp`; whatever it
-/// sent before closing is ignored.
-async fn closed_by_server(mut tcp: impl AsyncReadExt + Unpin, what: &'static str) {
-    tokio::time::timeout(DEADLINE, async {
-        let mut buf = [0u8; 512];
-        loop {
-            match tcp.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{what}: still open after {DEADLINE:?}"));
+    shardgate_http::testing::get(connect(addr), path).await
 }
 
 /// A client that opens a connection (connected when this returns) and
 /// sends nothing; its task ends once the server closes the connection.
 async fn silent(addr: SocketAddr) -> JoinHandle<()> {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    tokio::spawn(closed_by_server(tcp, "a silent client"))
+    shardgate_http::testing::silent(connect(addr).await, "a silent client")
 }
 
 /// A client that opens a connection (connected when this returns) and
-/// trickles a request head that never ends, a byte every 20 ms; its task
-/// ends once the server closes the connection.
+/// trickles a request head that never ends; its task ends once the server
+/// closes the connection.
 async fn trickling(addr: SocketAddr) -> JoinHandle<()> {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (read, mut write) = tcp.into_split();
-    tokio::spawn(async move {
-        let trickle = tokio::spawn(async move {
-            let mut sent = write.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: ").await;
-            while sent.is_ok() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                sent = write.write_all(b"a").await;
-            }
-        });
-        closed_by_server(read, "a trickling client").await;
-        trickle.abort();
-    })
-}
-
-async fn finished(clients: Vec<JoinHandle<()>>) {
-    for client in clients {
-        client.await.unwrap();
-    }
+    let tcp = connect(addr).await;
+    shardgate_http::testing::trickling(tcp, b"GET /metrics HTTP/1.1\r\nX-Slow: ", b'a')
 }
 
 #[tokio::test]
@@ -159,7 +98,7 @@ async fn an_idle_kept_alive_connection_is_closed() {
         ..Limits::default()
     })
     .await;
-    let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+    let mut tcp = connect(server.addr).await;
     healthz_kept_alive(&mut tcp).await;
     closed_by_server(tcp, "a kept-alive connection after its response").await;
 }
@@ -183,26 +122,11 @@ async fn a_connection_over_the_cap_waits_for_a_free_slot() {
         header_read_timeout: LONG,
         idle_timeout: LONG,
         max_connections: 2,
+        ..Limits::default()
     })
     .await;
-    // Two served connections, kept alive: every slot is taken.
-    let mut first = TcpStream::connect(server.addr).await.unwrap();
-    healthz_kept_alive(&mut first).await;
-    let mut second = TcpStream::connect(server.addr).await.unwrap();
-    healthz_kept_alive(&mut second).await;
-
-    let mut third = tokio::spawn(get(server.addr, "/healthz"));
-    // Not served while the cap is reached (however long we look).
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut third)
-            .await
-            .is_err(),
-        "a connection over the cap was served"
-    );
-    // A slot frees: the waiting client is served.
-    drop(first);
-    assert_eq!(third.await.unwrap(), "HTTP/1.1 200 OK");
-    healthz_kept_alive(&mut second).await;
+    let addr = server.addr;
+    shardgate_http::testing::a_third_connection_waits_for_a_free_slot(|| connect(addr)).await;
 }
 
 #[tokio::test]
@@ -211,6 +135,7 @@ async fn slow_clients_holding_every_slot_are_cut_and_a_waiting_client_is_served(
         header_read_timeout: SHORT,
         idle_timeout: LONG,
         max_connections: 2,
+        ..Limits::default()
     })
     .await;
     // Connected first, so accepted first: they take both slots.
@@ -222,7 +147,7 @@ async fn slow_clients_holding_every_slot_are_cut_and_a_waiting_client_is_served(
 #[tokio::test]
 async fn shutdown_closes_idle_connections_and_returns() {
     let mut server = start(Limits::default()).await;
-    let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+    let mut tcp = connect(server.addr).await;
     healthz_kept_alive(&mut tcp).await;
     server.stop.take().unwrap().send(()).unwrap();
     closed_by_server(tcp, "an idle connection at shutdown").await;

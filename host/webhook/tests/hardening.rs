@@ -7,23 +7,16 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls_pki_types::{CertificateDer, ServerName};
+use shardgate_http::testing::{LONG, SHORT, closed_by_server, finished, healthz_kept_alive};
 use shardgate_wasm::{Engine, Limits as ModuleLimits, Reconciler};
 use shardgate_webhook::{self as webhook, Limits, TlsFiles};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_rustls::client::TlsStream;
-
-/// How long a test waits for what must happen.
-const DEADLINE: Duration = Duration::from_secs(30);
-/// The short timeout under test.
-const SHORT: Duration = Duration::from_millis(200);
-/// A timeout that never fires during a test.
-const LONG: Duration = Duration::from_secs(600);
 
 struct Server {
     addr: SocketAddr,
@@ -85,80 +78,23 @@ async fn connect(server: &Server) -> TlsStream<TcpStream> {
 
 /// `GET /healthz` on a new connection: the response's status line.
 async fn healthz(server: &Server) -> String {
-    tokio::time::timeout(DEADLINE, async {
-        let mut tls = connect(server).await;
-        tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut response = Vec::new();
-        // A server may close without close_notify; what arrived counts.
-        let _ = tls.read_to_end(&mut response).await;
-        let response = String::from_utf8_lossy(&response).into_owned();
-        response.lines().next().unwrap_or_default().to_string()
-    })
-    .await
-    .unwrap_or_else(|_| panic!("GET /healthz not answered within {DEADLINE:?}"))
-}
-
-/// Sends a keep-alive `GET /healthz` on `tls` and reads its whole response.
-async fn healthz_kept_alive(tls: &mut TlsStream<TcpStream>) {
-    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = Vec::new();
-    let mut chunk = [0u8; 512];
-    while !response.ends_with(b"\r\n\r\nok") {
-        let n = tls.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "closed before the response ended");
-        response.extend_from_slice(&chunk[..n]);
-    }
-    assert!(response.starts_with(b"HTTP/1.1 200"));
-}
-
-/// Waits (up to [`DEADLINE`]) for the server to close `io`; whatever it
-/// sent before closing is ignored.
-async fn closed_by_server(mut io: impl AsyncRead + Unpin, what: &'static str) {
-    tokio::time::timeout(DEADLINE, async {
-        let mut buf = [0u8; 512];
-        loop {
-            match io.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{what}: still open after {DEADLINE:?}"));
+    shardgate_http::testing::get(connect(server), "/healthz").await
 }
 
 /// Opens a TCP connection and never starts the handshake.
 async fn no_handshake(server: &Server) -> JoinHandle<()> {
     let tcp = TcpStream::connect(server.addr).await.unwrap();
-    tokio::spawn(closed_by_server(tcp, "a client that never shakes hands"))
+    shardgate_http::testing::silent(tcp, "a client that never shakes hands")
 }
 
 /// Completes the handshake, then sends nothing.
 async fn silent(server: &Server) -> JoinHandle<()> {
-    let tls = connect(server).await;
-    tokio::spawn(closed_by_server(tls, "a silent TLS client"))
+    shardgate_http::testing::silent(connect(server).await, "a silent TLS client")
 }
 
-/// Completes the handshake, then sends `head` and trickles `tail` forever
-/// (a byte every 20 ms).
+/// Completes the handshake, then sends `head` and trickles `tail` forever.
 async fn trickling(server: &Server, head: &'static [u8], tail: u8) -> JoinHandle<()> {
-    let tls = connect(server).await;
-    let (read, mut write) = tokio::io::split(tls);
-    tokio::spawn(async move {
-        let trickle = tokio::spawn(async move {
-            let mut sent = write.write_all(head).await;
-            while sent.is_ok() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                sent = write.write_all(&[tail]).await;
-            }
-        });
-        closed_by_server(read, "a trickling TLS client").await;
-        trickle.abort();
-    })
+    shardgate_http::testing::trickling(connect(server).await, head, tail)
 }
 
 /// Completes the handshake, sends a request head and part of its body,
@@ -171,13 +107,7 @@ async fn stalled_body(server: &Server) -> JoinHandle<()> {
     )
     .await
     .unwrap();
-    tokio::spawn(closed_by_server(tls, "a client that stalls its body"))
-}
-
-async fn finished(clients: Vec<JoinHandle<()>>) {
-    for client in clients {
-        client.await.unwrap();
-    }
+    shardgate_http::testing::silent(tls, "a client that stalls its body")
 }
 
 #[tokio::test]
@@ -250,26 +180,10 @@ async fn a_connection_over_the_cap_waits_for_a_free_slot() {
         },
     )
     .await;
-    // Two served connections, kept alive: every slot is taken.
-    let mut first = connect(&server).await;
-    healthz_kept_alive(&mut first).await;
-    let mut second = connect(&server).await;
-    healthz_kept_alive(&mut second).await;
-
     let server = Arc::new(server);
-    let mut third = tokio::spawn({
+    shardgate_http::testing::a_third_connection_waits_for_a_free_slot(|| {
         let server = server.clone();
-        async move { healthz(&server).await }
-    });
-    // Not served while the cap is reached (however long we look).
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut third)
-            .await
-            .is_err(),
-        "a connection over the cap was served"
-    );
-    // A slot frees: the waiting client is served.
-    drop(first);
-    assert_eq!(third.await.unwrap(), "HTTP/1.1 200 OK");
-    healthz_kept_alive(&mut second).await;
+        async move { connect(&server).await }
+    })
+    .await;
 }
