@@ -452,6 +452,10 @@ async fn scale_in_moves_slots_before_removing_services() {
         sandbox.kubelet().pids().keys().all(|p| !p.contains("-2-")),
         "shard 2's processes are stopped"
     );
+    // No step failed on the way: CLUSTER FORGET never went where Valkey
+    // refuses it (a replica of the forgotten node).
+    let failed = harness::events(sandbox.emulator(), "ReconcileFailed");
+    assert!(failed.is_empty(), "scale-in failed a reconcile: {failed:?}");
 
     // --- and back out to 3: the new shard gets its share by migration.
     sandbox.patch_spec(json!({"shards": 3})).await.unwrap();

@@ -24,6 +24,13 @@ pub const BUS_PORT: u32 = 16379;
 /// The prefix of a node's client port name (`vk-n<node>`).
 pub const PORT_NAME_PREFIX: &str = "vk-n";
 
+/// The shard whose Service of `cluster` is named `name`
+/// ([`shard_service`]), if it is one.
+pub fn parse_shard_service(cluster: &str, name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(OBJECT_PREFIX)?.strip_prefix(cluster)?;
+    parse_index(rest.strip_prefix("-shard-")?)
+}
+
 /// `shardgate-<cluster>-shard-<shard>`.
 pub fn shard_service(cluster: &str, shard: u32) -> String {
     let mut s = String::with_capacity(OBJECT_PREFIX.len() + cluster.len() + 12);

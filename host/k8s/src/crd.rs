@@ -49,7 +49,8 @@ pub struct ValkeyClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Serve TLS on 6379 with the certificate in this Secret (`tls.crt`,
-    /// `tls.key`, `ca.crt`); clients are told the TLS port.
+    /// `tls.key`, `ca.crt`); clients are told the TLS port. Not supported
+    /// yet: the operator refuses a cluster that sets it, naming this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
     /// Make every node reachable from outside Kubernetes.

@@ -171,10 +171,8 @@ impl Nodes {
                     .await
             }
             Step::Forget(id) => {
-                for a in self.nodes.values_mut() {
-                    if a.facts.peers.iter().any(|p| &p.id == id) {
-                        a.client.forget(id).await?;
-                    }
+                for a in self.nodes.values_mut().filter(|a| forgets(&a.facts, id)) {
+                    a.client.forget(id).await?;
                 }
                 Ok(())
             }
@@ -238,5 +236,49 @@ pub fn describe(step: &Step) -> String {
         Step::Forget(id) => format!("forget {id}"),
         Step::Failover(r) => format!("failover to {}", at(r)),
         Step::Restart(r) => format!("restart {}", at(r)),
+    }
+}
+
+/// Whether the node that reported `facts` should be told to forget `id`:
+/// it knows `id`, and `id` is not its own primary (Valkey refuses to forget
+/// a node's primary, so that would only fail the step).
+fn forgets(facts: &ValkeyNode, id: &str) -> bool {
+    facts.peers.iter().any(|p| p.id == id) && facts.primary.as_deref() != Some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use shardgate_contract::model::Peer;
+
+    use super::*;
+
+    #[test]
+    fn forget_goes_to_every_node_that_knows_the_id_but_its_replicas() {
+        let node = |primary: Option<&str>, peers: &[&str]| ValkeyNode {
+            id: "me".into(),
+            primary: primary.map(String::from),
+            peers: peers
+                .iter()
+                .map(|id| Peer {
+                    id: (*id).into(),
+                    ..Peer::default()
+                })
+                .collect(),
+            ..ValkeyNode::default()
+        };
+        // (primary, peers) => told to forget "gone"
+        let cases = [
+            (None, vec!["gone", "x"], true),
+            (Some("x"), vec!["gone", "x"], true),
+            (Some("gone"), vec!["gone"], false),
+            (None, vec!["x"], false),
+        ];
+        for (primary, peers, want) in cases {
+            assert_eq!(
+                forgets(&node(primary, &peers), "gone"),
+                want,
+                "{primary:?} {peers:?}"
+            );
+        }
     }
 }

@@ -29,7 +29,7 @@ use axum::{Json, Router};
 use kube::ResourceExt;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use shardgate_contract::model::{Input, Observed, Severity};
+use shardgate_contract::model::{Input, Observed, Severity, Violation};
 use tracing::{info, warn};
 
 use shardgate_k8s::{convert, manifest};
@@ -108,6 +108,10 @@ fn decide(
     if cluster.metadata.namespace.is_none() {
         cluster.metadata.namespace = request.namespace.clone();
     }
+    let unsupported = shardgate_k8s::unsupported::violations(&cluster);
+    if !unsupported.is_empty() {
+        return response.deny(errors(&unsupported));
+    }
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let others: Vec<String> = clusters
@@ -125,13 +129,7 @@ fn decide(
     match module.reconcile(&input) {
         Err(e) => response.deny(format!("the reconcile module failed: {e}")),
         Ok(Err(invalid)) => {
-            let message = invalid
-                .violations
-                .iter()
-                .filter(|v| v.severity == Severity::Error)
-                .map(|v| format!("{}: {}", v.field, v.message))
-                .collect::<Vec<_>>()
-                .join("; ");
+            let message = errors(&invalid.violations);
             info!(cluster = %name, namespace = %namespace, %message, "denied");
             response.deny(message)
         }
@@ -286,6 +284,17 @@ pub async fn serve(
     listener
         .serve(router_with(module, clusters, options.slots), shutdown)
         .await
+}
+
+/// The errors among `violations`, as one denial message: `field: message`,
+/// joined with `; `.
+fn errors(violations: &[Violation]) -> String {
+    violations
+        .iter()
+        .filter(|v| v.severity == Severity::Error)
+        .map(|v| format!("{}: {}", v.field, v.message))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]

@@ -296,6 +296,9 @@ impl PodView for CachedPod {
 }
 
 impl ServiceView for CachedService {
+    fn service_name(&self) -> &str {
+        self.name()
+    }
     fn ports(&self) -> impl Iterator<Item = (Option<&str>, Option<i32>)> {
         let ports = self.state.as_ref().map_or(&[][..], |s| &s.ports);
         ports.iter().map(|p| (p.name.as_deref(), p.node_port))
@@ -517,7 +520,7 @@ mod tests {
                 "fieldsV1": {"f:spec": {"f:ports": {}}}}])
         };
         serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "c-s0", "namespace": "ns", "managedFields": managed,
+            "metadata": {"name": "shardgate-c-shard-0", "namespace": "ns", "managedFields": managed,
                 "labels": {"shardgate.io/cluster": "c", "shardgate.io/shard": "0", "x": "y"}},
             "spec": {"type": "NodePort", "clusterIP": "10.0.0.9", "selector": {"a": "b"},
                 "ports": [{"name": "vk-n0", "port": 6379, "nodePort": 30001,

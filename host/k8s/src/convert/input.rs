@@ -143,6 +143,8 @@ fn belongs_to(o: &impl Labelled, cluster: &str) -> bool {
 /// What the snapshot reads of a Service: its labels, its ports and its
 /// load balancer's ingress.
 pub trait ServiceView: Labelled {
+    /// The Service's name.
+    fn service_name(&self) -> &str;
     /// Each port's name and NodePort.
     fn ports(&self) -> impl Iterator<Item = (Option<&str>, Option<i32>)>;
     /// `status.loadBalancer.ingress`; empty if none.
@@ -150,6 +152,9 @@ pub trait ServiceView: Labelled {
 }
 
 impl ServiceView for Service {
+    fn service_name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
     fn ports(&self) -> impl Iterator<Item = (Option<&str>, Option<i32>)> {
         self.spec
             .as_ref()
@@ -174,7 +179,12 @@ pub fn observed_service(cluster: &str, svc: &impl ServiceView) -> Option<m::Obse
     if !belongs_to(svc, cluster) || label_index(svc, labels::NODE).is_some() {
         return None;
     }
-    let shard = label_index(svc, labels::SHARD)?;
+    // By name, never by label alone: a relabelled Service must not feed its
+    // NodePorts into another shard's.
+    let shard = names::parse_shard_service(cluster, svc.service_name())?;
+    if label_index(svc, labels::SHARD) != Some(shard) {
+        return None;
+    }
     let ports = svc
         .ports()
         .filter_map(|(name, node_port)| {
@@ -269,8 +279,13 @@ mod tests {
         ports: serde_json::Value,
         ingress: serde_json::Value,
     ) -> Service {
+        // Named as the labels say, unless a test renames it.
+        let name = labels[labels::SHARD]
+            .as_str()
+            .and_then(names::parse_index)
+            .map_or("s".to_string(), |s| names::shard_service("c", s));
         serde_json::from_value(json!({
-            "metadata": {"name": "s", "labels": labels},
+            "metadata": {"name": name, "labels": labels},
             "spec": {"ports": ports},
             "status": {"loadBalancer": {"ingress": ingress}},
         }))
@@ -318,7 +333,7 @@ mod tests {
     }
 
     #[test]
-    fn shard_services_are_read_by_label_and_port_name() {
+    fn shard_services_are_read_by_name_and_port_name() {
         let shard = |s: &str| json!({labels::CLUSTER: "c", labels::SHARD: s});
         let cases = [
             (
@@ -357,6 +372,24 @@ mod tests {
                     json!([]),
                     json!([]),
                 ),
+                None,
+            ),
+            (
+                "relabelled: the label names another shard than the name",
+                {
+                    let mut s = service(shard("1"), json!([]), json!([]));
+                    s.metadata.name = Some(names::shard_service("c", 0));
+                    s
+                },
+                None,
+            ),
+            (
+                "not named as a shard Service",
+                {
+                    let mut s = service(shard("1"), json!([]), json!([]));
+                    s.metadata.name = Some("hand-made".into());
+                    s
+                },
                 None,
             ),
             (

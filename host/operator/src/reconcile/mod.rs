@@ -87,6 +87,10 @@ pub fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> A
 }
 
 async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
+    let unsupported = shardgate_k8s::unsupported::violations(vc);
+    if !unsupported.is_empty() {
+        return status::refuse(vc, ctx, &unsupported, None).await;
+    }
     let (snapshot, mut input) = observe::objects(vc, ctx)?;
     let login = match credentials::resolve(ctx, vc, &mut input).await? {
         Ok(login) => login,
