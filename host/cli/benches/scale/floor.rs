@@ -57,7 +57,7 @@ struct Resource {
     watched: bool,
 }
 
-const RESOURCES: [Resource; 6] = [
+const RESOURCES: [Resource; 7] = [
     Resource {
         plural: "services",
         prefix: "api/v1",
@@ -87,6 +87,14 @@ const RESOURCES: [Resource; 6] = [
         prefix: "apis/shardgate.io/v1alpha1",
         key: "valkeyclusters.shardgate.io",
         watched: true,
+    },
+    // Each cluster's generated passwords and ACL, read by name, never
+    // watched.
+    Resource {
+        plural: "secrets",
+        prefix: "api/v1",
+        key: "secrets",
+        watched: false,
     },
     // kube's event recorder writes events.k8s.io/v1 Events.
     Resource {
