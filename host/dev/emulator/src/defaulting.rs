@@ -95,6 +95,8 @@ pub(crate) fn default_and_validate(
             }
         }
         ("apps", "StatefulSet") => statefulset(obj, old, &mut errs),
+        ("policy", "PodDisruptionBudget") => pod_disruption_budget(obj, old, &mut errs),
+        ("", "PersistentVolumeClaim") => persistent_volume_claim(obj, old, &mut errs),
         ("", "Secret") => secret(obj, &mut errs),
         ("", "Namespace") => {
             let name = obj["metadata"]["name"].clone();
@@ -523,5 +525,131 @@ fn statefulset(obj: &mut Value, old: Option<&Value>, errs: &mut Causes) {
         let status = obj_mut(obj, "status");
         default(status, "replicas", json!(0));
         default(status, "availableReplicas", json!(0));
+    }
+}
+
+/// An `IntOrString` that must be a non-negative integer or a percentage
+/// (`[0-9]+%`, at most 100%): the error message, if any.
+fn int_or_percent_error(v: &Value) -> Option<String> {
+    match v {
+        Value::Number(n) => match n.as_i64() {
+            Some(i) if i >= 0 => None,
+            _ => Some(format!(
+                "Invalid value: {n}: must be greater than or equal to 0"
+            )),
+        },
+        Value::String(s) => match s.strip_suffix('%').map(str::parse::<u64>) {
+            Some(Ok(p)) if p <= 100 && !s.starts_with('+') => None,
+            Some(Ok(_)) => Some(format!(
+                "Invalid value: \"{s}\": must not be greater than 100%"
+            )),
+            _ => Some(format!(
+                "Invalid value: \"{s}\": a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')"
+            )),
+        },
+        _ => Some(format!(
+            "Invalid value: {v}: must be an integer or a percentage"
+        )),
+    }
+}
+
+/// PodDisruptionBudgets (policy/v1): `minAvailable` and `maxUnavailable`
+/// exclusive, each an int >= 0 or a percentage; the eviction policy one of
+/// the two known. A new budget's status starts at zeros (the disruption
+/// controller, [`crate::disruption`], fills it in).
+fn pod_disruption_budget(obj: &mut Value, old: Option<&Value>, errs: &mut Causes) {
+    let spec = obj_mut(obj, "spec");
+    let set = |f: &str| spec.get(f).filter(|v| !v.is_null());
+    if set("minAvailable").is_some() && set("maxUnavailable").is_some() {
+        errs.push((
+            "spec".into(),
+            "Invalid value: minAvailable and maxUnavailable cannot be both set".into(),
+        ));
+    }
+    for f in ["minAvailable", "maxUnavailable"] {
+        if let Some(e) = set(f).and_then(int_or_percent_error) {
+            errs.push((format!("spec.{f}"), e));
+        }
+    }
+    if let Some(p) = set("unhealthyPodEvictionPolicy")
+        && !matches!(p.as_str(), Some("IfHealthyBudget" | "AlwaysAllow"))
+    {
+        errs.push((
+            "spec.unhealthyPodEvictionPolicy".into(),
+            format!(
+                "Unsupported value: {p}: supported values: \"AlwaysAllow\", \"IfHealthyBudget\""
+            ),
+        ));
+    }
+    if old.is_none() {
+        let status = obj_mut(obj, "status");
+        for f in [
+            "disruptionsAllowed",
+            "currentHealthy",
+            "desiredHealthy",
+            "expectedPods",
+        ] {
+            default(status, f, json!(0));
+        }
+    }
+}
+
+/// PersistentVolumeClaims: `volumeMode: Filesystem`; access modes and a
+/// storage request required; the spec immutable but for
+/// `resources.requests` and `volumeAttributesClassName` (and a first
+/// `volumeName`); new claims are `Pending`.
+fn persistent_volume_claim(obj: &mut Value, old: Option<&Value>, errs: &mut Causes) {
+    let spec = obj_mut(obj, "spec");
+    default(spec, "volumeMode", json!("Filesystem"));
+    match spec.get("accessModes").and_then(Value::as_array) {
+        Some(modes) if !modes.is_empty() => {
+            for m in modes {
+                if !matches!(
+                    m.as_str(),
+                    Some("ReadWriteOnce" | "ReadOnlyMany" | "ReadWriteMany" | "ReadWriteOncePod")
+                ) {
+                    errs.push((
+                        "spec.accessModes".into(),
+                        format!("Unsupported value: {m}: supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\""),
+                    ));
+                }
+            }
+        }
+        _ => errs.push((
+            "spec.accessModes".into(),
+            "Required value: at least 1 access mode is required".into(),
+        )),
+    }
+    if spec
+        .get("resources")
+        .and_then(|r| r.get("requests"))
+        .and_then(|r| r.get("storage"))
+        .is_none_or(Value::is_null)
+    {
+        errs.push(("spec.resources[storage]".into(), "Required value".into()));
+    }
+    if let Some(old) = old {
+        let first_volume_name = old["spec"]["volumeName"].as_str().is_none_or(str::is_empty);
+        let strip = |s: &Value| {
+            let mut s = s.clone();
+            if let Some(m) = s.as_object_mut() {
+                m.remove("volumeAttributesClassName");
+                if first_volume_name {
+                    m.remove("volumeName");
+                }
+                if let Some(r) = m.get_mut("resources").and_then(Value::as_object_mut) {
+                    r.remove("requests");
+                }
+            }
+            s
+        };
+        if strip(&obj["spec"]) != strip(&old["spec"]) {
+            errs.push((
+                "spec".into(),
+                "Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims".into(),
+            ));
+        }
+    } else {
+        default(obj_mut(obj, "status"), "phase", json!("Pending"));
     }
 }

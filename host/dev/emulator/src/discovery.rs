@@ -113,6 +113,17 @@ pub(crate) fn resource_list(reg: &Registry, group: &str, version: &str) -> Optio
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        for sub in r.extra_subresources() {
+            resources.push(json!({
+                "name": format!("{}/{}", r.plural, sub.name),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "group": sub.group,
+                "version": sub.version,
+                "kind": sub.kind,
+                "verbs": sub.verbs,
+            }));
+        }
     }
     if resources.is_empty() {
         return None;
@@ -137,6 +148,13 @@ fn aggregated_group(reg: &Registry, group: &str, versions: &[String]) -> Value {
                     let mut subs = Vec::new();
                     if r.status {
                         subs.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
+                    }
+                    for sub in r.extra_subresources() {
+                        subs.push(json!({
+                            "subresource": sub.name,
+                            "responseKind": {"group": sub.group, "version": sub.version, "kind": sub.kind},
+                            "verbs": sub.verbs,
+                        }));
                     }
                     json!({
                         "resource": r.plural,

@@ -95,9 +95,11 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        if !self.reason.is_empty() {
+            s["reason"] = json!(self.reason);
+        }
         if let Some(d) = &self.details {
             s["details"] = d.clone();
         }

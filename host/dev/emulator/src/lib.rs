@@ -24,7 +24,9 @@ mod cluster_ips;
 mod counts;
 mod defaulting;
 mod discovery;
+mod disruption;
 mod errors;
+mod eviction;
 mod faults;
 mod fieldset;
 mod gc;
@@ -41,6 +43,7 @@ mod statefulset;
 mod store;
 mod util;
 mod verb;
+mod volume_claims;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -182,6 +185,7 @@ impl EmulatorBuilder {
             pod_ips: 0,
             auto_create_namespaces: self.auto_create_namespaces,
             in_controller: false,
+            in_disruption: false,
         };
         for ns in &self.namespaces {
             state.ensure_namespace(ns);

@@ -36,6 +36,9 @@ pub(crate) struct State {
     pub auto_create_namespaces: bool,
     /// Set while a controller runs, so its own writes do not re-enter it.
     pub in_controller: bool,
+    /// Set while the disruption controller (or an eviction) writes a
+    /// budget's status, so that write does not re-enter it.
+    pub in_disruption: bool,
 }
 
 /// The object a request addresses.
@@ -649,7 +652,7 @@ impl State {
             self.counts.record(verb, &t.counted(), true);
         }
         let stored = self.store.put(t.key(), new);
-        self.after_change(&res, &t.key(), Change::Stored(&stored));
+        self.after_change(&res, &t.key(), old, Change::Stored(&stored));
         if stored["metadata"].get("deletionTimestamp").is_some()
             && stored["metadata"]["finalizers"]
                 .as_array()
@@ -760,11 +763,12 @@ impl State {
             let uid = uid.to_string();
             crate::gc::collect(self, &uid, propagation == Some("Orphan"));
         }
-        self.after_change(&t.res, &key, Change::Removed(&removed));
+        self.after_change(&t.res, &key, Some(&*removed), Change::Removed(&removed));
     }
 
-    /// Keeps allocators in sync and runs the emulated controllers.
-    fn after_change(&mut self, res: &Res, key: &ObjKey, change: Change<'_>) {
+    /// Keeps allocators in sync and runs the emulated controllers. `prev` is
+    /// the object before the change.
+    fn after_change(&mut self, res: &Res, key: &ObjKey, prev: Option<&Value>, change: Change<'_>) {
         let obj = match change {
             Change::Stored(o) => Some(o),
             Change::Removed(_) => None,
@@ -780,6 +784,11 @@ impl State {
                 .and_then(|o| o["spec"]["clusterIP"].as_str())
                 .and_then(|s| s.parse().ok());
             self.cluster_ips.sync(&owner, ip);
+        }
+        // Budgets first: a removed pod's eviction mark goes before the
+        // StatefulSet controller recreates a pod of the same name.
+        if !self.in_disruption {
+            crate::disruption::after_change(self, res, &key.1, prev, obj);
         }
         let sts_related = (res.group == "apps" && res.plural == "statefulsets")
             || (res.group.is_empty() && res.plural == "pods");

@@ -98,6 +98,32 @@ impl ResourceInfo {
     pub fn singular(&self) -> String {
         self.kind.to_lowercase()
     }
+
+    /// Subresources besides `/status`, each served by its own handler.
+    pub fn extra_subresources(&self) -> &'static [Subresource] {
+        if self.group.is_empty() && self.plural == "pods" {
+            &[Subresource {
+                name: "eviction",
+                group: "policy",
+                version: "v1",
+                kind: "Eviction",
+                verbs: &["create"],
+            }]
+        } else {
+            &[]
+        }
+    }
+}
+
+/// A subresource with its own request kind, e.g. `pods/eviction`
+/// (`policy/v1 Eviction`, create only).
+#[derive(Debug)]
+pub(crate) struct Subresource {
+    pub name: &'static str,
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub verbs: &'static [&'static str],
 }
 
 pub(crate) type Res = Arc<ResourceInfo>;
@@ -159,6 +185,16 @@ impl Registry {
             builtin("", "v1", "Secret", "secrets", true, false, false, &[]),
             builtin("", "v1", "Event", "events", true, false, false, &["ev"]),
             builtin(
+                "",
+                "v1",
+                "PersistentVolumeClaim",
+                "persistentvolumeclaims",
+                true,
+                true,
+                false,
+                &["pvc"],
+            ),
+            builtin(
                 "apps",
                 "v1",
                 "StatefulSet",
@@ -167,6 +203,16 @@ impl Registry {
                 true,
                 true,
                 &["sts"],
+            ),
+            builtin(
+                "policy",
+                "v1",
+                "PodDisruptionBudget",
+                "poddisruptionbudgets",
+                true,
+                true,
+                true,
+                &["pdb"],
             ),
             builtin(
                 "coordination.k8s.io",

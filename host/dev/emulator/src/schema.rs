@@ -46,7 +46,10 @@ pub(crate) fn atomic_map(kind: &str, path: &[String]) -> bool {
     let is = |p: &[&str]| path.len() == p.len() && path.iter().zip(p).all(|(a, b)| a == b);
     match kind {
         "Service" => is(&["spec", "selector"]),
-        "StatefulSet" => is(&["spec", "selector"]),
+        // `metav1.LabelSelector` is an atomic struct.
+        "StatefulSet" | "PodDisruptionBudget" | "PersistentVolumeClaim" => {
+            is(&["spec", "selector"])
+        }
         _ => false,
     }
 }

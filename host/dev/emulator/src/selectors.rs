@@ -1,5 +1,7 @@
 //! Label selectors (`=`, `==`, `!=`, `in`, `notin`, exists, `!`) and field
-//! selectors (`=`, `==`, `!=` on any dotted path).
+//! selectors (`=`, `==`, `!=` on any dotted path) of list/watch requests, and
+//! the structured `metav1.LabelSelector` objects (`matchLabels`,
+//! `matchExpressions`) inside objects such as PodDisruptionBudgets.
 
 use serde_json::Value;
 
@@ -139,6 +141,43 @@ impl FieldSelector {
     }
 }
 
+/// Whether a `metav1.LabelSelector` object selects `obj` (by its
+/// `metadata.labels`), as `LabelSelectorAsSelector(...).Matches` does: a
+/// `null` (absent) selector matches nothing, an empty one `{}` everything,
+/// and a malformed one (unknown operator, `In` without values) nothing.
+pub(crate) fn label_selector_matches(selector: &Value, obj: &Value) -> bool {
+    let Some(sel) = selector.as_object() else {
+        return false;
+    };
+    let labels = &obj["metadata"]["labels"];
+    let get = |k: &str| labels.get(k).and_then(Value::as_str);
+    let match_labels = sel
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .is_none_or(|m| m.iter().all(|(k, v)| get(k) == v.as_str()));
+    let empty = Vec::new();
+    let exprs = sel
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    match_labels
+        && exprs.iter().all(|e| {
+            let key = e["key"].as_str().unwrap_or_default();
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .map(|vs| vs.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let have = get(key);
+            match e["operator"].as_str() {
+                Some("In") => !values.is_empty() && have.is_some_and(|h| values.contains(&h)),
+                Some("NotIn") => !values.is_empty() && have.is_none_or(|h| !values.contains(&h)),
+                Some("Exists") => values.is_empty() && have.is_some(),
+                Some("DoesNotExist") => values.is_empty() && have.is_none(),
+                _ => false,
+            }
+        })
+}
+
 /// Both selectors of a list or watch request.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Selectors {
@@ -170,6 +209,25 @@ mod tests {
         assert!(!m("missing"));
         assert!(m(""));
         assert!(LabelSelector::parse("a in b").is_err());
+    }
+
+    #[test]
+    fn structured_label_selectors() {
+        let o = json!({"metadata": {"labels": {"app": "v", "tier": "db"}}});
+        let m = |s: Value| label_selector_matches(&s, &o);
+        assert!(!m(json!(null)), "a null selector matches nothing");
+        assert!(m(json!({})), "an empty selector matches everything");
+        assert!(m(json!({"matchLabels": {"app": "v"}})));
+        assert!(!m(json!({"matchLabels": {"app": "w"}})));
+        assert!(m(json!({"matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["db", "cache"]},
+            {"key": "zone", "operator": "DoesNotExist"},
+        ]})));
+        assert!(!m(json!({"matchLabels": {"app": "v"},
+            "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["db"]}]})));
+        assert!(!m(
+            json!({"matchExpressions": [{"key": "app", "operator": "Bogus"}]})
+        ));
     }
 
     #[test]

@@ -49,7 +49,17 @@ fn ok(v: &Value) -> Response {
 }
 
 fn error(e: &ApiError) -> Response {
-    json_response(e.code, &e.to_status(), "application/json")
+    let mut resp = json_response(e.code, &e.to_status(), "application/json");
+    let retry_after = e
+        .details
+        .as_ref()
+        .and_then(|d| d["retryAfterSeconds"].as_u64())
+        .filter(|s| *s > 0);
+    if let Some(secs) = retry_after {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+    }
+    resp
 }
 
 /// A parsed resource URL.
@@ -58,6 +68,8 @@ struct Route {
     ns: Option<String>,
     name: Option<String>,
     status: bool,
+    /// `pods/{name}/eviction`.
+    eviction: bool,
 }
 
 fn parse_route(state: &State, group: &str, version: &str, rest: &[&str]) -> ApiResult<Route> {
@@ -82,9 +94,16 @@ fn parse_route(state: &State, group: &str, version: &str, rest: &[&str]) -> ApiR
     let plural = rest.first().ok_or_else(nf)?;
     let res = state.registry.find(group, version, plural).ok_or_else(nf)?;
     let name = rest.get(1).map(|s| s.to_string());
-    let status = match rest.get(2) {
-        None => false,
-        Some(&"status") if res.status && rest.len() == 3 => true,
+    let (status, eviction) = match rest.get(2) {
+        None => (false, false),
+        Some(&"status") if res.status && rest.len() == 3 => (true, false),
+        Some(sub)
+            if rest.len() == 3
+                && ns.is_some()
+                && res.extra_subresources().iter().any(|s| s.name == *sub) =>
+        {
+            (false, true)
+        }
         _ => return Err(nf()),
     };
     if !res.namespaced && ns.is_some() {
@@ -98,6 +117,7 @@ fn parse_route(state: &State, group: &str, version: &str, rest: &[&str]) -> ApiR
         ns,
         name,
         status,
+        eviction,
     })
 }
 
@@ -239,6 +259,9 @@ async fn serve_resource(
     query: &HashMap<String, String>,
     body: Bytes,
 ) -> ApiResult<Response> {
+    if route.eviction {
+        return serve_eviction(shared, route, method, query, body).await;
+    }
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -449,4 +472,43 @@ async fn serve_resource(
             }
         }
     }
+}
+
+/// `POST .../pods/{name}/eviction`: counted and faulted as `create` of
+/// `pods/eviction`.
+async fn serve_eviction(
+    shared: &Arc<Shared>,
+    route: Route,
+    method: &Method,
+    query: &HashMap<String, String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    if method != Method::POST {
+        return Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({method})"
+        )));
+    }
+    let name = route.name.clone().unwrap_or_default();
+    let counted = format!("{}/eviction", route.res.plural);
+    let verdict = shared.lock().faults.check(Verb::Create, &counted, &name);
+    if !verdict.delay.is_zero() {
+        tokio::time::sleep(verdict.delay).await;
+    }
+    if let Some(e) = verdict.error {
+        return Err(e);
+    }
+    let target = Target {
+        res: route.res,
+        ns: route.ns.unwrap_or_default(),
+        name,
+        status: false,
+    };
+    let opts = Opts {
+        manager: String::new(),
+        dry_run: query.get("dryRun").is_some_and(|v| v == "All"),
+        force: false,
+        api: true,
+    };
+    let status = crate::eviction::evict(&mut shared.lock(), &target, &body, &opts)?;
+    Ok(json_response(201, &status, "application/json"))
 }

@@ -1,6 +1,7 @@
-//! A minimal StatefulSet controller: keeps Pods `<name>-0..replicas-1` in
-//! line with each StatefulSet and reports `.status`. Pod status (IPs,
-//! readiness) is left to the caller.
+//! A minimal StatefulSet controller: keeps Pods `<name>-0..replicas-1` (and
+//! their PersistentVolumeClaims, see [`crate::volume_claims`]) in line with
+//! each StatefulSet and reports `.status`. Pod status (IPs, readiness) is
+//! left to the caller.
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::fieldset::canonical_json;
 use crate::ops::{DeleteOpts, Opts, PatchType, State, Target};
+use crate::volume_claims;
 
 const MANAGER: &str = "kube-controller-manager";
 
@@ -198,9 +200,11 @@ fn reconcile(state: &mut State, sts: &Value) {
         v
     };
 
-    // Scale down, highest ordinal first.
-    for (ord, _) in owned(state).into_iter().rev() {
+    // Scale down, highest ordinal first; the pod's claims first get the
+    // owners `whenScaled` asks for.
+    for (ord, pod) in owned(state).into_iter().rev() {
         if ord >= replicas {
+            volume_claims::update_owners(state, sts, &pod, true);
             let _ = state.delete(
                 &pod_target(&format!("{name}-{ord}")),
                 &DeleteOpts::default(),
@@ -223,10 +227,17 @@ fn reconcile(state: &mut State, sts: &Value) {
                 if !parallel && !predecessors_ready {
                     break;
                 }
+                volume_claims::create_missing(state, sts, &format!("{name}-{ord}"));
                 let _ = state.create(&pods_res, &ns, pod_for(sts, ord, &revision), &opts);
                 start(state, &pod_target(&format!("{name}-{ord}")));
             }
             Some(p) => {
+                // A pending pod gets any claim it lacks; claims follow the
+                // retention policy.
+                if p["status"]["phase"] == "Pending" {
+                    volume_claims::create_missing(state, sts, &format!("{name}-{ord}"));
+                }
+                volume_claims::update_owners(state, sts, &p, false);
                 let outdated =
                     p["metadata"]["labels"]["controller-revision-hash"] != revision.as_str();
                 if outdated && !on_delete && ord >= partition {

@@ -81,3 +81,16 @@ pub async fn raw_body(
         .unwrap_or_default();
     (code, body)
 }
+
+/// A client like [`Emulator::client`] but without kube's default retry
+/// layer, which retries a 429 (a refused eviction) up to 15 times with
+/// exponential backoff: a test wants the refusal itself.
+pub async fn client_without_retry(emu: &Emulator) -> kube::Client {
+    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    config.default_retry = false;
+    kube::Client::try_from(config).unwrap()
+}
