@@ -18,6 +18,12 @@
 //!   files are rewritten from the emulator at each container start (not
 //!   while the container runs); an emptyDir keeps its contents across
 //!   container restarts (so `nodes.conf` survives) and goes with the pod.
+//!   A persistentVolumeClaim volume is the claim's directory,
+//!   `work_dir/.claims/<claim>/`: it outlives the pod (a recreated pod finds
+//!   its data) and is removed once the claim object is gone (the
+//!   StatefulSet's `persistentVolumeClaimRetentionPolicy`, applied by the
+//!   emulator, decides when). Sizes, storage classes and access modes are
+//!   not enforced.
 //! - **Command line.** The container's `command` + `args` with `$(VAR)`
 //!   expanded from its `env` (literal values and the `fieldRef`s
 //!   `status.podIP`, `status.hostIP`, `metadata.name`, `metadata.namespace`,
@@ -404,6 +410,11 @@ impl Shared {
             self.terminate(name, rt).await;
         }
         self.reap_exited(&pods);
+        for claim in
+            volumes::prune_claims(&self.emu, &self.options.namespace, &self.options.work_dir)
+        {
+            info!(claim, "claim gone: its directory is removed");
+        }
         self.refresh_volumes(&pods);
         self.start_due(&pods);
         self.probe().await;

@@ -1,6 +1,9 @@
 //! A pod's volumes as host directories under `<pod dir>/volumes/<volume>`:
 //! configMap and secret volumes are written from the emulator's objects,
 //! emptyDir volumes are plain directories that outlive container restarts.
+//! A persistentVolumeClaim volume is the claim's own directory under
+//! `<work dir>/.claims/<claim>`, which outlives the pod and goes only with
+//! the claim object (see [`prune_claims`]).
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -16,13 +19,49 @@ use super::spec::rewrite_paths;
 pub(super) struct Mount {
     pub container: String,
     pub host: PathBuf,
-    /// Whether the volume is an emptyDir (the data directory).
+    /// Whether the volume is an emptyDir or a claim (a data directory).
     pub empty_dir: bool,
 }
 
-/// The host directory of a pod's volume.
-fn volume_dir(pod_dir: &Path, volume: &str) -> PathBuf {
-    pod_dir.join("volumes").join(volume)
+/// Where claims' directories live, under the work dir (a pod's name never
+/// starts with a dot, so this is never a pod's directory).
+pub(super) const CLAIMS_DIR: &str = ".claims";
+
+/// The host directory of a pod's volume: a claim's own directory, else one
+/// under the pod's.
+fn volume_dir(pod_dir: &Path, volume: &Volume) -> PathBuf {
+    match &volume.persistent_volume_claim {
+        Some(claim) => claim_dir(pod_dir, &claim.claim_name),
+        None => pod_dir.join("volumes").join(&volume.name),
+    }
+}
+
+/// The directory of claim `name`, beside the pods' directories.
+fn claim_dir(pod_dir: &Path, name: &str) -> PathBuf {
+    pod_dir
+        .parent()
+        .unwrap_or(pod_dir)
+        .join(CLAIMS_DIR)
+        .join(name)
+}
+
+/// Removes the directories of claims that no longer exist (deleted by
+/// their reclaim policy or by hand); returns the names removed.
+pub(super) fn prune_claims(emu: &Emulator, namespace: &str, work_dir: &Path) -> Vec<String> {
+    let dir = work_dir.join(CLAIMS_DIR);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if emu.get("PersistentVolumeClaim", namespace, &name).is_none()
+            && std::fs::remove_dir_all(entry.path()).is_ok()
+        {
+            removed.push(name);
+        }
+    }
+    removed
 }
 
 /// The container's mounts, each resolved to its volume's host directory
@@ -49,7 +88,7 @@ pub(super) fn mounts(
                     vm.name, vm.mount_path
                 ));
             }
-            let mut host = volume_dir(pod_dir, &volume.name);
+            let mut host = volume_dir(pod_dir, volume);
             if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
                 host = host.join(
                     relative(sub).map_err(|e| format!("volumeMount {}: subPath {e}", vm.name))?,
@@ -58,7 +97,7 @@ pub(super) fn mounts(
             Ok(Mount {
                 container: path.to_string(),
                 host,
-                empty_dir: volume.empty_dir.is_some(),
+                empty_dir: volume.empty_dir.is_some() || volume.persistent_volume_claim.is_some(),
             })
         })
         .collect()
@@ -83,7 +122,7 @@ pub(super) fn materialize(
     mounts: &[Mount],
 ) -> Result<(), String> {
     for volume in pod_volumes(pod) {
-        let dir = volume_dir(pod_dir, &volume.name);
+        let dir = volume_dir(pod_dir, volume);
         let files = volume_files(emu, namespace, volume)?;
         let result = match files {
             None => std::fs::create_dir_all(&dir),
@@ -106,6 +145,15 @@ fn volume_files(
     let label = |e: String| format!("volume {}: {e}", volume.name);
     if volume.empty_dir.is_some() {
         Ok(None)
+    } else if let Some(claim) = &volume.persistent_volume_claim {
+        // The claim must exist; its directory is made on first use.
+        match emu.get("PersistentVolumeClaim", namespace, &claim.claim_name) {
+            Some(_) => Ok(None),
+            None => Err(label(format!(
+                "persistentVolumeClaim {namespace}/{} not found",
+                claim.claim_name
+            ))),
+        }
     } else if let Some(src) = &volume.config_map {
         let data = config_map_data(emu, namespace, &src.name, src.optional.unwrap_or(false))
             .map_err(label)?;
@@ -121,7 +169,8 @@ fn volume_files(
         Ok(Some((files, false)))
     } else {
         Err(label(
-            "only configMap, secret and emptyDir volumes are supported by the sandbox kubelet"
+            "only configMap, secret, emptyDir and persistentVolumeClaim volumes are supported \
+             by the sandbox kubelet"
                 .into(),
         ))
     }
