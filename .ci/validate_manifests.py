@@ -147,6 +147,7 @@ Operator manifests, Helm chart, kustomize
         shardgate.io valkeyclusters/status: get patch update
         "" services, configmaps: get list watch create patch delete
         apps statefulsets: get list watch create patch delete
+        policy poddisruptionbudgets: get list watch create patch delete
         "" pods: get list watch delete
         events.k8s.io events: create patch
         "" secrets: get create patch (by name; never list or watch)
@@ -239,6 +240,7 @@ EXPECTED_OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch", "delete"},
     # Its own Secrets (generated passwords, the rendered ACL) and the users'
     # password Secrets, each read by name: never listed or watched.

@@ -13,9 +13,25 @@
 use shardgate_contract::auth;
 use shardgate_contract::model::{Cluster, Credentials, User};
 
+use crate::server::Server;
+
 /// The aclfile: one `user` line per user, `default` first, then the system
-/// users, then `spec.users` in order.
-pub fn render(cluster: &Cluster, credentials: &Credentials) -> String {
+/// users, then `spec.users` in order. Every node loads the same file, so
+/// the system users are granted only what `server` (the oldest the cluster
+/// runs) has: a server refuses to start on an aclfile naming a command it
+/// lacks.
+pub fn render(cluster: &Cluster, credentials: &Credentials, server: &Server) -> String {
+    let has = |c: &&str| server.migrates_atomically() || !auth::SINCE_VALKEY_9.contains(c);
+    let operator: Vec<&str> = auth::OPERATOR_COMMANDS
+        .iter()
+        .copied()
+        .filter(has)
+        .collect();
+    let replication: Vec<&str> = auth::REPLICATION_COMMANDS
+        .iter()
+        .copied()
+        .filter(has)
+        .collect();
     let mut file = String::with_capacity(512 + 128 * cluster.users.len());
     let default_listed = cluster.users.iter().any(|u| u.name == auth::DEFAULT_USER);
     if !default_listed {
@@ -33,14 +49,14 @@ pub fn render(cluster: &Cluster, credentials: &Credentials) -> String {
         auth::OPERATOR_USER,
         &credentials.operator,
         auth::OPERATOR_PATTERNS,
-        auth::OPERATOR_COMMANDS,
+        &operator,
     );
     push_system(
         &mut file,
         auth::REPLICATION_USER,
         &credentials.replication,
         auth::REPLICATION_PATTERNS,
-        auth::REPLICATION_COMMANDS,
+        &replication,
     );
     for user in &cluster.users {
         push_line(&mut file, &user.name, &rules(user));
@@ -124,7 +140,7 @@ mod tests {
 
     #[test]
     fn an_unlisted_default_user_gets_the_generated_password_and_everything() {
-        let file = render(&Cluster::default(), &credentials());
+        let file = render(&Cluster::default(), &credentials(), &Server::Assumed);
         let lines: Vec<&str> = file.lines().collect();
         assert_eq!(lines[0], "user default on #d0 ~* &* +@all");
         assert!(lines[1].starts_with("user _operator on #o0 resetchannels -@all +auth "));
@@ -145,7 +161,7 @@ mod tests {
             commands_allow: vec!["@all".into()],
             ..user("default")
         });
-        let file = render(&c, &credentials());
+        let file = render(&c, &credentials(), &Server::Assumed);
         assert!(!file.contains("#d0"), "{file}");
         assert_eq!(file.matches("user default ").count(), 1);
         assert!(
@@ -191,8 +207,25 @@ mod tests {
         for (u, want) in cases {
             let mut c = Cluster::default();
             c.users.push(u);
-            let file = render(&c, &credentials());
+            let file = render(&c, &credentials(), &Server::Assumed);
             assert_eq!(file.lines().last().unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn a_server_before_valkey_9_is_granted_only_what_it_has() {
+        // (server, has the atomic-migration commands)
+        for (server, want) in [
+            (Server::parse("9.0.0"), true),
+            (Server::Assumed, true),
+            (Server::parse("8.1.8"), false),
+            (Server::Unknown, false),
+        ] {
+            let file = render(&Cluster::default(), &credentials(), &server);
+            for c in auth::SINCE_VALKEY_9 {
+                assert_eq!(file.contains(&format!("+{c}")), want, "{server:?} {c}");
+            }
+            assert!(file.contains("+cluster|failover") && file.contains("+psync"));
         }
     }
 }

@@ -78,6 +78,31 @@ fn cluster(c: w::Cluster) -> m::Cluster {
             },
         }),
         users: c.users.into_iter().map(user_in).collect(),
+        config: c.config,
+        persistence: c.persistence.map(persistence_in),
+        disruption_budget: c.disruption_budget,
+    }
+}
+
+fn persistence_in(p: w::Persistence) -> m::Persistence {
+    m::Persistence {
+        size: p.size,
+        storage_class_name: p.storage_class_name,
+        reclaim_policy: match p.reclaim_policy {
+            w::ReclaimPolicy::Retain => m::ReclaimPolicy::Retain,
+            w::ReclaimPolicy::Delete => m::ReclaimPolicy::Delete,
+        },
+    }
+}
+
+fn persistence_out(p: m::Persistence) -> w::Persistence {
+    w::Persistence {
+        size: p.size,
+        storage_class_name: p.storage_class_name,
+        reclaim_policy: match p.reclaim_policy {
+            m::ReclaimPolicy::Retain => w::ReclaimPolicy::Retain,
+            m::ReclaimPolicy::Delete => w::ReclaimPolicy::Delete,
+        },
     }
 }
 
@@ -177,11 +202,13 @@ fn valkey_node(n: w::ValkeyNode) -> m::ValkeyNode {
             .map(|p| m::Peer {
                 id: p.id,
                 failed: p.failed,
+                linked: p.linked,
             })
             .collect(),
         migrating: n.migrating,
         synced: n.synced,
         cluster_ok: n.cluster_ok,
+        version: n.version,
     }
 }
 
@@ -234,7 +261,7 @@ fn topology_out(t: m::Topology) -> w::Topology {
         steps: t.steps.into_iter().map(step_out).collect(),
         formed: t.formed,
         waiting: t.waiting,
-        draining: t.draining,
+        departing: t.departing.into_iter().map(node_ref_out).collect(),
     }
 }
 
@@ -292,6 +319,8 @@ fn desired(d: m::Desired) -> w::Desired {
                 limits: r.limits,
             }),
             tls_secret: d.workload.tls_secret,
+            persistence: d.workload.persistence.map(persistence_out),
+            restart_settings: d.workload.restart_settings,
         },
         nodes: d
             .nodes
@@ -343,5 +372,7 @@ fn desired(d: m::Desired) -> w::Desired {
         },
         warnings: d.warnings.into_iter().map(violation).collect(),
         topology: topology_out(d.topology),
+        live_settings: d.live_settings,
+        disruption_budget: d.disruption_budget,
     }
 }

@@ -8,9 +8,14 @@ use shardgate_contract::model::{
 };
 use shardgate_contract::names;
 
+use crate::server::Server;
+
 /// Why a node has no usable external endpoint yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Pending {
+    /// The node's server is too old to announce a port to clients only
+    /// (`cluster-announce-client-port` came with Valkey 9.0).
+    ServerTooOld,
     /// The shard's LoadBalancer has no ingress address.
     LoadBalancerIngress,
     /// The shard Service's NodePort for this node is not allocated yet.
@@ -37,6 +42,8 @@ pub struct External {
     /// `ip` mode was asked for, but the LoadBalancer ingress is hostname-only
     /// (AWS), so a hostname is announced instead.
     pub lb_hostname_fallback: bool,
+    /// The version the node's server reported, when it is too old.
+    pub old_server: Option<String>,
 }
 
 impl External {
@@ -113,8 +120,25 @@ impl<'a> Index<'a> {
     }
 }
 
-/// The external endpoint of node `node` of shard `shard`.
-pub fn external(ea: &ExternalAccess, index: &Index<'_>, shard: u32, node: u32) -> External {
+/// The external endpoint of node `node` of shard `shard`, whose server is
+/// `server`.
+pub fn external(
+    ea: &ExternalAccess,
+    index: &Index<'_>,
+    server: &Server,
+    shard: u32,
+    node: u32,
+) -> External {
+    let mut ext = reachable(ea, index, shard, node);
+    if server.is_old() {
+        ext.pending = Some(Pending::ServerTooOld);
+        ext.old_server = Some(server.text().to_string());
+    }
+    ext
+}
+
+/// Where node `node` of shard `shard` is reachable, whatever it runs.
+fn reachable(ea: &ExternalAccess, index: &Index<'_>, shard: u32, node: u32) -> External {
     let pod = index.pod(shard, node);
     let pod_ready = pod.is_some_and(|p| p.ready);
     let domain_host = ea
@@ -143,6 +167,7 @@ pub fn external(ea: &ExternalAccess, index: &Index<'_>, shard: u32, node: u32) -
                 pending,
                 pod_ready,
                 lb_hostname_fallback: false,
+                old_server: None,
             }
         }
         ServiceType::LoadBalancer => {
@@ -174,6 +199,7 @@ pub fn external(ea: &ExternalAccess, index: &Index<'_>, shard: u32, node: u32) -
                 pending,
                 pod_ready,
                 lb_hostname_fallback,
+                old_server: None,
             }
         }
     }

@@ -13,7 +13,10 @@
 pub mod acl;
 pub mod announce;
 pub mod endpoints;
+pub mod layout;
+pub mod server;
 pub mod services;
+pub mod settings;
 pub mod status;
 pub mod syntax;
 pub mod topology;
@@ -27,10 +30,15 @@ mod component;
 
 use announce::Announce;
 use endpoints::{External, Index};
+use layout::Layout;
+use server::Servers;
 use shardgate_contract::model::{
     Cluster, Desired, Error, Input, Node, Pair, Severity, Status, Violation, Workload,
 };
 use shardgate_contract::{labels, names};
+
+/// A PodDisruptionBudget lets one node of the cluster be down at a time.
+pub const MAX_UNAVAILABLE: u32 = 1;
 
 /// Computes the desired state of one cluster. Fails, listing every error, if
 /// the spec is invalid; warnings are returned in [`Desired::warnings`].
@@ -44,61 +52,60 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
     let shards = cluster.shards as u32;
     let nodes = cluster.replicas as u32 + 1;
     let tls = cluster.tls.is_some();
-    let topology = topology::plan(
+    let facts = input.observed.valkey.as_deref();
+    let shape = topology::Shape {
         shards,
         nodes,
-        &input.observed.pods,
-        input.observed.valkey.as_deref(),
-    );
-    // The spec's shards, then the departing shards that must stay until
-    // their slots have moved and their nodes are forgotten.
-    let shard_list: Vec<u32> = (0..shards)
-        .chain(topology.draining.iter().copied())
-        .collect();
-    let span = shard_list.last().map_or(0, |s| s + 1);
-    let index = Index::new(&input.observed, span, nodes);
+        persistent: cluster.persistence.is_some(),
+    };
+    let topology = topology::plan(shape, &input.observed.pods, facts);
+    // The spec's nodes, then the departing ones that must stay until they
+    // have handed over or drained and are forgotten.
+    let layout = Layout::new(shards, nodes, &topology.departing);
+    let image = cluster.image.as_deref().unwrap_or(names::DEFAULT_IMAGE);
+    let servers = Servers::new(facts, server::Server::from_image(image));
+    let index = Index::new(&input.observed, layout.shard_span(), layout.node_span());
     let ea = cluster.external_access.as_ref().filter(|ea| ea.enabled);
+    let config = settings::normalized(&cluster.config);
+    let (live_settings, restart_settings) = settings::split(&config);
 
     let externals: Vec<External> = match ea {
-        Some(ea) => shard_list
+        Some(ea) => layout
             .iter()
-            .flat_map(|&s| (0..nodes).map(move |n| (s, n)))
-            .map(|(s, n)| endpoints::external(ea, &index, s, n))
+            .map(|(s, n)| endpoints::external(ea, &index, servers.of(s, n), s, n))
             .collect(),
         None => Vec::new(),
     };
 
-    let mut node_list = Vec::with_capacity(shard_list.len() * nodes as usize);
-    for (k, &shard) in shard_list.iter().enumerate() {
-        for node in 0..nodes {
-            let node_name = names::node_name(&cluster.name, shard, node);
-            let announce = match externals.get(k * nodes as usize + node as usize) {
-                Some(ext) => Announce::external(node_name.clone(), ext, tls),
-                None => Announce::none(tls),
-            };
-            node_list.push(Node {
-                shard,
-                node,
-                name: names::node_object(&cluster.name, shard, node),
-                config: announce::config(&node_name, &announce),
-                announce: announce.settings(),
-                port_name: names::port_name(node),
-                node_name,
-            });
-        }
+    let mut node_list = Vec::with_capacity(layout.len());
+    for (k, (shard, node)) in layout.iter().enumerate() {
+        let node_name = names::node_name(&cluster.name, shard, node);
+        let server = servers.of(shard, node);
+        let announce = match externals.get(k) {
+            Some(ext) => Announce::external(node_name.clone(), ext, tls),
+            None => Announce::none(tls),
+        };
+        node_list.push(Node {
+            shard,
+            node,
+            name: names::node_object(&cluster.name, shard, node),
+            config: announce::config(&node_name, &announce, server, &config),
+            announce: announce.settings(server),
+            port_name: names::port_name(node),
+            node_name,
+        });
     }
 
     let mut desired_status = Status::default();
     let mut services = Vec::new();
     let mut service_annotations = Vec::new();
     if let Some(ea) = ea {
-        services = services::shard_services(&cluster.name, ea, &index, &shard_list, nodes);
+        services = services::shard_services(&cluster.name, ea, &index, &layout);
         service_annotations = sorted(&ea.service_annotations);
         desired_status.external_endpoints = Some(status::external_endpoints(
             ea.service_type,
             &externals,
-            &shard_list,
-            nodes,
+            &layout,
         ));
         desired_status
             .conditions
@@ -118,12 +125,14 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
         labels: common_labels(&cluster.name),
         service_annotations,
         services,
-        workload: workload(cluster),
-        acl: acl::render(cluster, &input.credentials),
+        workload: workload(cluster, restart_settings),
+        acl: acl::render(cluster, &input.credentials, servers.oldest()),
         nodes: node_list,
         status: desired_status,
         warnings: violations,
         topology,
+        live_settings,
+        disruption_budget: cluster.disruption_budget.then_some(MAX_UNAVAILABLE),
     })
 }
 
@@ -157,7 +166,7 @@ pub fn common_labels(cluster: &str) -> Vec<Pair> {
     ]
 }
 
-fn workload(cluster: &Cluster) -> Workload {
+fn workload(cluster: &Cluster, restart_settings: String) -> Workload {
     Workload {
         image: cluster
             .image
@@ -177,6 +186,8 @@ fn workload(cluster: &Cluster) -> Workload {
             r
         }),
         tls_secret: cluster.tls.clone(),
+        persistence: cluster.persistence.clone(),
+        restart_settings,
     }
 }
 

@@ -1,44 +1,62 @@
 //! `status.externalEndpoints` and the `ExternalAccessReady` condition.
 
 use crate::endpoints::{External, Pending};
+use crate::layout::Layout;
 use shardgate_contract::model::{
     Condition, ConditionStatus, NodeEndpoint, ServiceType, ShardEndpoint,
 };
 
 use shardgate_contract::conditions::EXTERNAL_ACCESS_READY;
 
-/// One entry per shard of `shards`, in that order. `externals` is
-/// shard-major, `nodes` per shard.
+/// One entry per shard of the layout, in order; `externals` are in layout
+/// order.
 pub fn external_endpoints(
     service_type: ServiceType,
     externals: &[External],
-    shards: &[u32],
-    nodes: u32,
+    layout: &Layout,
 ) -> Vec<ShardEndpoint> {
-    externals
-        .chunks(nodes as usize)
-        .zip(shards)
-        .map(|(chunk, &shard)| ShardEndpoint {
-            shard,
-            // The seed's shape: the allocated NodePort (0 until allocated), or
-            // the LoadBalancer's Service port.
-            node_ports: chunk.iter().map(|e| e.port).collect(),
-            nodes: chunk
-                .iter()
-                .enumerate()
-                .map(|(node, e)| NodeEndpoint {
-                    node: node as u32,
-                    host: e.host(),
-                    port: if e.usable() || service_type == ServiceType::NodePort {
-                        e.port
-                    } else {
-                        0
-                    },
-                    ready: e.usable() && e.pod_ready,
-                })
-                .collect(),
+    let mut rest = externals;
+    layout
+        .shards()
+        .map(|(shard, nodes)| {
+            let (chunk, tail) = rest.split_at(nodes.len().min(rest.len()));
+            rest = tail;
+            shard_endpoint(service_type, shard, nodes, chunk)
         })
         .collect()
+}
+
+fn shard_endpoint(
+    service_type: ServiceType,
+    shard: u32,
+    nodes: &[u32],
+    chunk: &[External],
+) -> ShardEndpoint {
+    // The seed's shape: `nodePorts[i]` is node i's allocated NodePort (0
+    // until allocated), or the LoadBalancer's Service port.
+    let span = nodes.last().map_or(0, |n| *n as usize + 1);
+    let mut node_ports = vec![0; span];
+    for (&node, e) in nodes.iter().zip(chunk) {
+        node_ports[node as usize] = e.port;
+    }
+    ShardEndpoint {
+        shard,
+        node_ports,
+        nodes: nodes
+            .iter()
+            .zip(chunk)
+            .map(|(&node, e)| NodeEndpoint {
+                node,
+                host: e.host(),
+                port: if e.usable() || service_type == ServiceType::NodePort {
+                    e.port
+                } else {
+                    0
+                },
+                ready: e.usable() && e.pod_ready,
+            })
+            .collect(),
+    }
 }
 
 /// `ExternalAccessReady`: true once every node is announced and its pod ready;
@@ -46,7 +64,23 @@ pub fn external_endpoints(
 pub fn external_access_ready(externals: &[External]) -> Condition {
     let total = externals.len();
     let count = |p: Pending| externals.iter().filter(|e| e.pending == Some(p)).count();
-    let (reason, message) = if count(Pending::LoadBalancerIngress) > 0 {
+    let old = count(Pending::ServerTooOld);
+    let (reason, message) = if old > 0 {
+        let versions: std::collections::BTreeSet<&str> = externals
+            .iter()
+            .filter_map(|e| e.old_server.as_deref())
+            .collect();
+        let versions: Vec<&str> = versions.into_iter().collect();
+        (
+            "ServerTooOld",
+            format!(
+                "{old} of {total} nodes run Valkey {}, which lacks \
+                 cluster-announce-client-port (Valkey 9.0 or newer): their external endpoints \
+                 are not announced, and clients inside Kubernetes still reach the cluster",
+                versions.join(", ")
+            ),
+        )
+    } else if count(Pending::LoadBalancerIngress) > 0 {
         (
             "AwaitingLoadBalancerIngress",
             format!(

@@ -13,11 +13,18 @@
 //!    the shard whose even share holds them;
 //! 3. **replicate**: every other node of a shard replicates the node that
 //!    serves the shard's slots (or node 0 of a new shard);
-//! 4. **balance**: slots move with Valkey 9's atomic slot migration, off
+//! 4. **hand over**: a node past `spec.replicas` that serves its shard's
+//!    slots (after a failover, say) hands them to a staying replica in sync
+//!    (`CLUSTER FAILOVER`), so no departing node is removed while it serves;
+//! 5. **balance**: slots move with Valkey 9's atomic slot migration, off
 //!    departing shards and off shards above their share, onto shards below
 //!    it (scale-in and scale-out), the fewest slots possible;
-//! 5. **forget**: departing nodes that serve nothing, and node IDs nothing
-//!    owns any more (a pod that came back with a new ID), are forgotten.
+//! 6. **forget**: departing nodes that serve nothing, and node IDs nothing
+//!    owns any more (a pod that came back with a new ID), are forgotten;
+//! 7. **roll**: pods that run an old template restart, one at a time.
+//!
+//! A departing node's objects are kept ([`Topology::departing`]) until it
+//! serves nothing and no node of the spec knows it.
 //!
 //! Nodes are identified by ID, never by address: with client-only announce
 //! settings, `CLUSTER NODES` shows every client (the operator included) the
@@ -28,6 +35,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use shardgate_contract::model::{
     AddSlots, Meet, Migrate, NodeRef, ObservedPod, Replicate, SlotRange, Step, Topology, ValkeyNode,
 };
+
+use crate::server::Server;
 
 /// Hash slots in a Valkey cluster.
 pub const SLOTS: u32 = 16384;
@@ -77,6 +86,11 @@ fn node_ref(n: &ValkeyNode) -> NodeRef {
 
 fn owns_slots(n: &ValkeyNode) -> bool {
     !n.slots.is_empty()
+}
+
+/// `n` knows `id` but its link to it is down or suspected.
+fn unlinked(n: &ValkeyNode, id: &str) -> bool {
+    n.peers.iter().any(|p| p.id == id && !p.linked)
 }
 
 fn knows(n: &ValkeyNode, id: &str) -> bool {
@@ -147,18 +161,24 @@ impl<'a> View<'a> {
         self.owner.iter().filter(|o| o.is_some()).count()
     }
 
-    /// The node that serves shard `shard`'s slots; for a shard without
-    /// slots, the node its members already follow, else node 0.
+    /// The node that serves shard `shard`'s slots (a departing node of the
+    /// shard included, until it hands over); for a shard without slots, the
+    /// node its members already follow, else node 0.
     fn primary(&self, shard: u32) -> Result<Option<&'a ValkeyNode>, String> {
+        let serving: Vec<&ValkeyNode> = self
+            .facts
+            .iter()
+            .copied()
+            .filter(|f| f.shard == shard && owns_slots(f))
+            .collect();
         let members: Vec<&ValkeyNode> = self
             .facts
             .iter()
             .copied()
             .filter(|f| f.shard == shard && f.node < self.nodes)
             .collect();
-        let serving: Vec<&&ValkeyNode> = members.iter().filter(|f| owns_slots(f)).collect();
         match serving.as_slice() {
-            [one] => return Ok(Some(**one)),
+            [one] => return Ok(Some(*one)),
             [] => {}
             _ => {
                 return Err(format!(
@@ -186,15 +206,26 @@ fn describe(r: NodeRef) -> String {
     format!("shard {} node {}", r.shard, r.node)
 }
 
-/// The next steps for a cluster of `shards` shards of `nodes` nodes each.
-/// `pods` are the observed pods, `facts` what their Valkey nodes report;
-/// `None` means Valkey is not managed: no plan and nothing drains.
-pub fn plan(
-    shards: u32,
-    nodes: u32,
-    pods: &[ObservedPod],
-    facts: Option<&[ValkeyNode]>,
-) -> Topology {
+/// What the plan needs to know of the spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub shards: u32,
+    /// Nodes per shard.
+    pub nodes: u32,
+    /// Each node keeps its data on a volume, so a primary without a replica
+    /// may restart (its shard is briefly unavailable, nothing is lost).
+    pub persistent: bool,
+}
+
+/// The next steps for a cluster of `shape`. `pods` are the observed pods,
+/// `facts` what their Valkey nodes report; `None` means Valkey is not
+/// managed: no plan and nothing drains.
+pub fn plan(shape: Shape, pods: &[ObservedPod], facts: Option<&[ValkeyNode]>) -> Topology {
+    let Shape {
+        shards,
+        nodes,
+        persistent,
+    } = shape;
     let Some(facts) = facts else {
         return Topology {
             waiting: "the operator does not manage Valkey".into(),
@@ -202,8 +233,8 @@ pub fn plan(
         };
     };
     let view = View::new(shards, nodes, facts);
-    let draining = draining(&view, pods);
-    let (steps, waiting) = next_steps(&view, pods);
+    let departing = departing(&view, pods);
+    let (steps, waiting) = next_steps(&view, pods, persistent);
     let formed = steps.is_empty() && waiting.is_none() && is_formed(&view);
     let waiting = match (formed, waiting) {
         (true, _) => String::new(),
@@ -215,45 +246,53 @@ pub fn plan(
         steps,
         formed,
         waiting,
-        draining,
+        departing,
     }
 }
 
-/// Shards past the spec that must stay: a pod of theirs did not answer (it
-/// cannot be checked), or a node of theirs serves slots or is still known.
-fn draining(view: &View<'_>, pods: &[ObservedPod]) -> Vec<u32> {
+/// Nodes past the spec that must stay: a pod that did not answer (it cannot
+/// be checked), or a node that serves slots or is still known by a node of
+/// the spec. Everything else past the spec may go.
+fn departing(view: &View<'_>, pods: &[ObservedPod]) -> Vec<NodeRef> {
+    let holds = |f: &ValkeyNode| owns_slots(f) || view.desired().any(|d| knows(d, &f.id));
     let mut out = BTreeSet::new();
-    for p in pods.iter().filter(|p| p.shard >= view.shards) {
-        match view.get(p.shard, p.node) {
-            None => {
-                out.insert(p.shard);
-            }
-            Some(f) if owns_slots(f) || view.desired().any(|d| knows(d, &f.id)) => {
-                out.insert(p.shard);
-            }
-            Some(_) => {}
+    for p in pods {
+        let at = NodeRef {
+            shard: p.shard,
+            node: p.node,
+        };
+        if at.shard < view.shards && at.node < view.nodes {
+            continue;
+        }
+        if view.get(p.shard, p.node).is_none_or(holds) {
+            out.insert(at);
         }
     }
-    for f in view.facts.iter().filter(|f| f.shard >= view.shards) {
-        if owns_slots(f) || view.desired().any(|d| knows(d, &f.id)) {
-            out.insert(f.shard);
+    for f in view.facts.iter().filter(|f| !view.is_desired(f)) {
+        if holds(f) {
+            out.insert(node_ref(f));
         }
     }
     out.into_iter().collect()
 }
 
 /// The first phase with work: its steps, or why nothing can be done yet.
-fn next_steps(view: &View<'_>, pods: &[ObservedPod]) -> (Vec<Step>, Option<String>) {
+fn next_steps(
+    view: &View<'_>,
+    pods: &[ObservedPod],
+    persistent: bool,
+) -> (Vec<Step>, Option<String>) {
     let Some(anchor) = view.desired().next() else {
         return (Vec::new(), Some("no node of the spec answered yet".into()));
     };
-    let phases: [&dyn Fn() -> Phase; 6] = [
+    let phases: [&dyn Fn() -> Phase; 7] = [
         &|| meet(view, anchor),
         &|| assign(view),
         &|| replicate(view),
+        &|| hand_over(view),
         &|| balance(view),
         &|| forget(view, pods),
-        &|| roll(view, pods),
+        &|| roll(view, pods, persistent),
     ];
     for phase in phases {
         match phase() {
@@ -292,7 +331,26 @@ fn meet(view: &View<'_>, anchor: &ValkeyNode) -> Phase {
         .any(|&i| knows(anchor, &view.facts[i].id));
     let mut steps = Vec::new();
     for f in view.desired() {
-        if f.id == anchor.id || knows(anchor, &f.id) || knows(f, &anchor.id) {
+        if f.id == anchor.id {
+            continue;
+        }
+        if knows(anchor, &f.id) || knows(f, &anchor.id) {
+            // Known, but the link is down although both answer: one of
+            // them moved (a recreated pod has a new IP; when every pod of
+            // a cluster is recreated at once, no node can find another).
+            // Meeting again at the pod IP tells the other where it is.
+            if unlinked(anchor, &f.id) {
+                steps.push(Step::Meet(Meet {
+                    node: node_ref(anchor),
+                    peer: node_ref(f),
+                }));
+            }
+            if unlinked(f, &anchor.id) {
+                steps.push(Step::Meet(Meet {
+                    node: node_ref(f),
+                    peer: node_ref(anchor),
+                }));
+            }
             continue;
         }
         if owns_slots(f) && cluster_serves {
@@ -386,6 +444,43 @@ fn replicate(view: &View<'_>) -> Phase {
     steps_or_done(steps)
 }
 
+/// A node past `spec.replicas` that serves its shard's slots makes way: a
+/// staying replica of it that is in sync takes over with `CLUSTER FAILOVER`
+/// (no acknowledged write is lost), and the departing node becomes a
+/// replica that serves nothing, to be forgotten and removed.
+fn hand_over(view: &View<'_>) -> Phase {
+    let mut steps = Vec::new();
+    for f in view
+        .facts
+        .iter()
+        .filter(|f| f.shard < view.shards && f.node >= view.nodes && owns_slots(f))
+    {
+        if f.migrating {
+            return Phase::Wait(format!(
+                "{} leaves the spec but a slot migration to or from it is under way",
+                describe(node_ref(f))
+            ));
+        }
+        let heir = view
+            .desired()
+            .filter(|r| r.shard == f.shard && r.primary.as_deref() == Some(f.id.as_str()))
+            .filter(|r| r.synced)
+            .min_by_key(|r| r.node);
+        match heir {
+            Some(r) => steps.push(Step::Failover(node_ref(r))),
+            None => {
+                return Phase::Wait(format!(
+                    "{} leaves the spec but serves shard {}'s slots: it hands them over once \
+                     a staying replica of it is in sync",
+                    describe(node_ref(f)),
+                    f.shard
+                ));
+            }
+        }
+    }
+    steps_or_done(steps)
+}
+
 /// Moves the fewest slots that bring every shard of the spec to its even
 /// share, emptying departing shards.
 fn balance(view: &View<'_>) -> Phase {
@@ -443,6 +538,15 @@ fn balance(view: &View<'_>) -> Phase {
         slots.sort_unstable();
         let source = view.facts[from];
         let target = primaries[shard as usize];
+        let server = Server::parse(&source.version);
+        if server != Server::Unknown && !server.migrates_atomically() {
+            return Phase::Wait(format!(
+                "{} runs Valkey {}: moving slots needs atomic slot migration (Valkey 9.0 or \
+                 newer), so the shards keep their slots",
+                describe(node_ref(source)),
+                server.text()
+            ));
+        }
         if !knows(source, &target.id) {
             return Phase::Wait(format!(
                 "{} does not know {} yet (gossip)",
@@ -490,8 +594,9 @@ fn forget(view: &View<'_>, pods: &[ObservedPod]) -> Phase {
 /// Pods that must restart to change (image, resources), one at a time and
 /// only on a healthy cluster: replicas first; a primary first hands over to
 /// an in-sync replica (`CLUSTER FAILOVER`), then restarts as a replica. A
-/// primary without a replica is never restarted: its data lives in the pod.
-fn roll(view: &View<'_>, pods: &[ObservedPod]) -> Phase {
+/// primary without a replica restarts only when its data is on a volume
+/// (`persistent`); otherwise its data lives in the pod and it never does.
+fn roll(view: &View<'_>, pods: &[ObservedPod], persistent: bool) -> Phase {
     let outdated: Vec<&ValkeyNode> = pods
         .iter()
         .filter(|p| p.outdated)
@@ -518,6 +623,13 @@ fn roll(view: &View<'_>, pods: &[ObservedPod]) -> Phase {
         .min_by_key(|r| (is_outdated(r), r.node));
     match heir {
         Some(r) => Phase::Steps(vec![Step::Failover(node_ref(r))]),
+        None if persistent
+            && !view
+                .desired()
+                .any(|r| r.primary.as_deref() == Some(&primary.id)) =>
+        {
+            Phase::Steps(vec![Step::Restart(node_ref(primary))])
+        }
         None => Phase::Wait(format!(
             "{} must restart to change but has no in-sync replica: restarting it would lose \
              its shard's data, so shardgate will not; delete its pod to accept that",
@@ -601,6 +713,19 @@ mod tests {
             migrating: false,
             synced: true,
             cluster_ok: true,
+            version: "9.0.1".into(),
+        }
+    }
+
+    fn at(shard: u32, node: u32) -> NodeRef {
+        NodeRef { shard, node }
+    }
+
+    fn shape(shards: u32, nodes: u32) -> Shape {
+        Shape {
+            shards,
+            nodes,
+            persistent: false,
         }
     }
 
@@ -627,6 +752,7 @@ mod tests {
                 .map(|i| Peer {
                     id: i.clone(),
                     failed: false,
+                    linked: true,
                 })
                 .collect();
         }
@@ -704,7 +830,7 @@ mod tests {
     fn converge(shards: u32, nodes: u32, facts: &mut Vec<ValkeyNode>) -> Vec<Vec<Step>> {
         let mut plans = Vec::new();
         for _ in 0..20 {
-            let t = plan(shards, nodes, &pods(facts), Some(facts));
+            let t = plan(shape(shards, nodes), &pods(facts), Some(facts));
             if t.formed {
                 return plans;
             }
@@ -737,8 +863,8 @@ mod tests {
 
     #[test]
     fn unmanaged_plans_nothing() {
-        let t = plan(3, 1, &[], None);
-        assert!(t.steps.is_empty() && !t.formed && t.draining.is_empty());
+        let t = plan(shape(3, 1), &[], None);
+        assert!(t.steps.is_empty() && !t.formed && t.departing.is_empty());
     }
 
     #[test]
@@ -770,7 +896,7 @@ mod tests {
     fn slots_wait_for_every_primary() {
         let mut facts = vec![fact(0, 0), fact(1, 0)];
         mesh(&mut facts);
-        let t = plan(3, 1, &pods(&facts), Some(&facts));
+        let t = plan(shape(3, 1), &pods(&facts), Some(&facts));
         assert!(t.steps.is_empty() && !t.formed);
         assert!(t.waiting.contains("shard 2"), "{}", t.waiting);
     }
@@ -780,8 +906,8 @@ mod tests {
         let mut facts: Vec<ValkeyNode> = (0..3).map(|s| fact(s, 0)).collect();
         converge(3, 1, &mut facts);
         // Spec drops to 2 shards: shard 2 drains first.
-        let t = plan(2, 1, &pods(&facts), Some(&facts));
-        assert_eq!(t.draining, vec![2]);
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
+        assert_eq!(t.departing, vec![at(2, 0)]);
         assert!(t.steps.iter().all(|s| matches!(s, Step::Migrate(_))));
         let moved: u32 = t
             .steps
@@ -793,16 +919,20 @@ mod tests {
             .sum();
         assert_eq!(moved, quotas(3)[2], "only the departing shard's slots move");
         apply(&mut facts, &t.steps);
-        let t = plan(2, 1, &pods(&facts), Some(&facts));
-        assert_eq!(t.draining, vec![2], "still known: kept until forgotten");
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
+        assert_eq!(
+            t.departing,
+            vec![at(2, 0)],
+            "still known: kept until forgotten"
+        );
         assert_eq!(t.steps, vec![Step::Forget(id(2, 0))]);
         let all_pods = pods(&facts);
         apply(&mut facts, &t.steps);
         // Forgotten: no longer known, so its objects may go.
         let still: Vec<ValkeyNode> = facts.iter().filter(|f| f.shard < 2).cloned().collect();
-        let t = plan(2, 1, &all_pods[..2], Some(&still));
+        let t = plan(shape(2, 1), &all_pods[..2], Some(&still));
         assert!(t.formed, "{}", t.waiting);
-        assert!(t.draining.is_empty());
+        assert!(t.departing.is_empty());
         assert_eq!(served(&facts, 0) + served(&facts, 1), SLOTS);
     }
 
@@ -812,9 +942,107 @@ mod tests {
         converge(3, 1, &mut facts);
         let all_pods = pods(&facts);
         facts.pop();
-        let t = plan(2, 1, &all_pods, Some(&facts));
-        assert_eq!(t.draining, vec![2]);
+        let t = plan(shape(2, 1), &all_pods, Some(&facts));
+        assert_eq!(t.departing, vec![at(2, 0)]);
         assert!(!t.formed);
+    }
+
+    /// Shard 0's primary is node `primary`; the others replicate it.
+    fn failed_over(shards: u32, nodes: u32, primary: u32) -> Vec<ValkeyNode> {
+        let mut facts: Vec<ValkeyNode> = (0..shards)
+            .flat_map(|s| (0..nodes).map(move |n| fact(s, n)))
+            .collect();
+        converge(shards, nodes, &mut facts);
+        apply(&mut facts, &[Step::Failover(at(0, primary))]);
+        facts
+    }
+
+    /// Runs plans for the new spec until formed, checking before each plan
+    /// that every slot is served and that nothing serving is let go.
+    fn scale_replicas_in(
+        shards: u32,
+        nodes: u32,
+        facts: &mut Vec<ValkeyNode>,
+    ) -> (Vec<Step>, Vec<Vec<NodeRef>>) {
+        let (mut steps, mut kept) = (Vec::new(), Vec::new());
+        for _ in 0..20 {
+            let all = pods(facts);
+            let t = plan(shape(shards, nodes), &all, Some(facts));
+            assert_eq!(
+                (0..shards).map(|s| served(facts, s)).sum::<u32>(),
+                SLOTS,
+                "every slot served"
+            );
+            for f in facts.iter().filter(|f| f.node >= nodes) {
+                let held = t.departing.contains(&node_ref(f));
+                assert!(held || !owns_slots(f), "{f:?} let go while serving");
+            }
+            kept.push(t.departing.clone());
+            if t.formed {
+                return (steps, kept);
+            }
+            assert!(!t.steps.is_empty(), "stuck: {}", t.waiting);
+            apply(facts, &t.steps);
+            steps.extend(t.steps);
+        }
+        panic!("did not converge");
+    }
+
+    #[test]
+    fn a_departing_primary_hands_over_before_it_is_let_go() {
+        // 3x1 -> 3x0 after shard 0 failed over to node 1.
+        let mut facts = failed_over(3, 2, 1);
+        let (steps, kept) = scale_replicas_in(3, 1, &mut facts);
+        assert_eq!(steps[0], Step::Failover(at(0, 0)), "{steps:?}");
+        assert!(steps.contains(&Step::Forget(id(0, 1))));
+        assert!(kept[0].contains(&at(0, 1)) && kept[0].contains(&at(1, 1)));
+        assert!(kept.last().unwrap().is_empty());
+        assert!(!steps.iter().any(|s| matches!(s, Step::Migrate(_))));
+        assert_eq!(served(&facts, 0), quotas(3)[0]);
+    }
+
+    #[test]
+    fn three_by_two_to_three_by_one_keeps_a_serving_third_node() {
+        let mut facts = failed_over(3, 3, 2);
+        let (steps, _) = scale_replicas_in(3, 2, &mut facts);
+        assert_eq!(steps[0], Step::Failover(at(0, 0)));
+        let forgotten: BTreeSet<String> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Forget(id) => Some(id.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(forgotten, (0..3).map(|s| id(s, 2)).collect());
+        // Node 1 follows the new primary.
+        let n1 = facts.iter().find(|f| f.shard == 0 && f.node == 1).unwrap();
+        assert_eq!(n1.primary.as_deref(), Some(id(0, 0).as_str()));
+    }
+
+    #[test]
+    fn a_departing_primary_waits_for_a_replica_in_sync() {
+        let mut facts = failed_over(2, 2, 1);
+        facts[0].synced = false;
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
+        assert!(t.steps.is_empty(), "{:?}", t.steps);
+        assert!(t.waiting.contains("in sync"), "{}", t.waiting);
+        assert!(t.departing.contains(&at(0, 1)));
+    }
+
+    #[test]
+    fn an_old_server_forms_but_never_migrates() {
+        let mut facts: Vec<ValkeyNode> = (0..2).map(|s| fact(s, 0)).collect();
+        for f in &mut facts {
+            f.version = "8.1.8".into();
+        }
+        converge(2, 1, &mut facts);
+        let mut new = fact(2, 0);
+        new.version = "8.1.8".into();
+        facts.push(new);
+        mesh(&mut facts);
+        let t = plan(shape(3, 1), &pods(&facts), Some(&facts));
+        assert!(t.steps.is_empty(), "{:?}", t.steps);
+        assert!(t.waiting.contains("8.1.8"), "{}", t.waiting);
     }
 
     #[test]
@@ -848,7 +1076,7 @@ mod tests {
         facts[1].slots = slots;
         facts[1].primary = None;
         facts[0].primary = Some(id(0, 1));
-        let t = plan(2, 2, &pods(&facts), Some(&facts));
+        let t = plan(shape(2, 2), &pods(&facts), Some(&facts));
         assert!(t.formed, "{}", t.waiting);
         assert!(t.steps.is_empty());
     }
@@ -860,8 +1088,9 @@ mod tests {
         facts[0].peers.push(Peer {
             id: "ghost".into(),
             failed: true,
+            linked: false,
         });
-        let t = plan(2, 1, &pods(&facts), Some(&facts));
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
         assert_eq!(t.steps, vec![Step::Forget("ghost".into())]);
         let mut with_silent = pods(&facts);
         with_silent.push(ObservedPod {
@@ -871,7 +1100,7 @@ mod tests {
             ready: false,
             outdated: false,
         });
-        let t = plan(2, 1, &with_silent, Some(&facts));
+        let t = plan(shape(2, 1), &with_silent, Some(&facts));
         assert!(t.steps.is_empty());
     }
 
@@ -885,7 +1114,7 @@ mod tests {
     ) -> Vec<Step> {
         let mut done = Vec::new();
         for _ in 0..40 {
-            let t = plan(shards, nodes, &pods, Some(facts));
+            let t = plan(shape(shards, nodes), &pods, Some(facts));
             if t.steps.is_empty() {
                 assert!(t.formed, "stuck: {}", t.waiting);
                 return done;
@@ -942,15 +1171,65 @@ mod tests {
         let mut all = pods(&facts);
         all[0].outdated = true;
         facts[3].synced = false;
-        let t = plan(2, 2, &all, Some(&facts));
+        let t = plan(shape(2, 2), &all, Some(&facts));
         assert!(t.steps.is_empty(), "{:?}", t.steps);
         let mut single: Vec<ValkeyNode> = (0..2).map(|s| fact(s, 0)).collect();
         converge(2, 1, &mut single);
         let mut p = pods(&single);
         p[0].outdated = true;
-        let t = plan(2, 1, &p, Some(&single));
+        let t = plan(shape(2, 1), &p, Some(&single));
         assert!(t.steps.is_empty());
         assert!(t.waiting.contains("no in-sync replica"), "{}", t.waiting);
+        // With its data on a volume, it restarts (briefly unavailable).
+        let persistent = Shape {
+            persistent: true,
+            ..shape(2, 1)
+        };
+        let t = plan(persistent, &p, Some(&single));
+        assert_eq!(t.steps, vec![Step::Restart(at(0, 0))]);
+        // But a primary whose replica is out of sync waits even then.
+        let t = plan(
+            Shape {
+                persistent: true,
+                ..shape(2, 2)
+            },
+            &all,
+            Some(&facts),
+        );
+        assert!(t.steps.is_empty(), "{:?}", t.steps);
+    }
+
+    #[test]
+    fn nodes_that_lost_each_other_are_met_again() {
+        let mut facts: Vec<ValkeyNode> = (0..2).map(|s| fact(s, 0)).collect();
+        converge(2, 1, &mut facts);
+        // Every pod was recreated with a new IP: they know each other's
+        // IDs, but every link is down.
+        for f in &mut facts {
+            for p in &mut f.peers {
+                p.linked = false;
+            }
+        }
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
+        assert_eq!(
+            t.steps,
+            vec![
+                Step::Meet(Meet {
+                    node: at(0, 0),
+                    peer: at(1, 0)
+                }),
+                Step::Meet(Meet {
+                    node: at(1, 0),
+                    peer: at(0, 0)
+                }),
+            ]
+        );
+        assert!(!t.formed);
+        // A link down on one side only: that side meets.
+        facts[0].peers[0].linked = true;
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
+        assert_eq!(t.steps.len(), 1);
+        assert!(matches!(&t.steps[0], Step::Meet(m) if m.node == at(1, 0)));
     }
 
     #[test]
@@ -960,7 +1239,7 @@ mod tests {
         let mut stray = fact(1, 1);
         stray.slots = vec![SlotRange { start: 0, end: 10 }];
         a.push(stray);
-        let t = plan(2, 2, &pods(&a), Some(&a));
+        let t = plan(shape(2, 2), &pods(&a), Some(&a));
         assert!(t.steps.is_empty());
         assert!(t.waiting.contains("never merged"), "{}", t.waiting);
     }
@@ -973,7 +1252,7 @@ mod tests {
             start: 8192,
             end: 9000,
         }];
-        let t = plan(2, 1, &pods(&facts), Some(&facts));
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
         assert_eq!(
             t.steps,
             vec![Step::AddSlots(AddSlots {

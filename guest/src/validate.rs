@@ -172,6 +172,27 @@ fn check_workload(cluster: &Cluster, out: &mut Findings) {
             }
         }
     }
+    if let Some(p) = &cluster.persistence {
+        if !is_quantity(&p.size) || p.size.starts_with(['-', '+', '0']) {
+            out.error(
+                "spec.persistence.size",
+                format!("{:?} is not a volume size (e.g. 1Gi)", p.size),
+            );
+        }
+        if let Some(class) = &p.storage_class_name
+            && !syntax::is_dns_subdomain(class)
+        {
+            out.error(
+                "spec.persistence.storageClassName",
+                format!("{class:?} is not a valid StorageClass name"),
+            );
+        }
+    }
+    for (key, value) in &cluster.config {
+        if let Some(why) = crate::settings::refusal(key, value) {
+            out.error(format!("spec.config.{key}"), why);
+        }
+    }
 }
 
 fn check_external_access(cluster: &Cluster, out: &mut Findings) {

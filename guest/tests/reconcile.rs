@@ -363,11 +363,13 @@ fn shards_three_to_two_keep_a_draining_shard() {
             .map(|s| Peer {
                 id: format!("id-{s}"),
                 failed: false,
+                linked: true,
             })
             .collect(),
         migrating: false,
         synced: true,
         cluster_ok: true,
+        version: "9.1.2".into(),
     };
     let observed = Observed {
         services: (0..3).map(|s| ports(s, &[(0, 30000 + s)])).collect(),
@@ -379,7 +381,7 @@ fn shards_three_to_two_keep_a_draining_shard() {
         ]),
     };
     let d = run(cluster(2, 0, Some(ExternalAccess::default())), observed);
-    assert_eq!(d.topology.draining, vec![2]);
+    assert_eq!(d.topology.departing, vec![NodeRef { shard: 2, node: 0 }]);
     let shards: Vec<u32> = d.services.iter().map(|s| s.shard).collect();
     assert_eq!(shards, vec![0, 1, 2]);
     assert_eq!(d.services[2].ports[0].node_port, 30002);
@@ -669,4 +671,148 @@ fn every_node_requires_a_login_whatever_the_exposure() {
         );
         assert!(!d.acl.contains("nopass"), "{}", d.acl);
     }
+}
+
+/// One shard, node 1 its primary after a failover, node 0 its replica.
+fn failed_over_pair(version: &str) -> Vec<ValkeyNode> {
+    let node = |n: u32, primary: Option<&str>, slots: Vec<SlotRange>| ValkeyNode {
+        shard: 0,
+        node: n,
+        id: format!("id-{n}"),
+        primary: primary.map(String::from),
+        slots,
+        peers: vec![Peer {
+            id: format!("id-{}", 1 - n),
+            failed: false,
+            linked: true,
+        }],
+        migrating: false,
+        synced: true,
+        cluster_ok: true,
+        version: version.into(),
+    };
+    vec![
+        node(0, Some("id-1"), vec![]),
+        node(
+            1,
+            None,
+            vec![SlotRange {
+                start: 0,
+                end: 16383,
+            }],
+        ),
+    ]
+}
+
+/// `replicas: 1 -> 0` after node 1 took over: node 1 keeps its objects, its
+/// Service port and its endpoint while it serves, and hands over first.
+#[test]
+fn a_departing_node_that_serves_keeps_its_objects_and_hands_over() {
+    let observed = Observed {
+        services: vec![ports(0, &[(0, 30000), (1, 30001)])],
+        pods: vec![pod(0, 0, Some(HOST)), pod(0, 1, Some(HOST))],
+        valkey: Some(failed_over_pair("9.1.2")),
+    };
+    let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
+    let kept: Vec<(u32, u32)> = d.nodes.iter().map(|n| (n.shard, n.node)).collect();
+    assert_eq!(kept, [(0, 0), (0, 1)]);
+    assert_eq!(d.topology.departing, vec![NodeRef { shard: 0, node: 1 }]);
+    assert_eq!(
+        d.topology.steps,
+        vec![Step::Failover(NodeRef { shard: 0, node: 0 })]
+    );
+    let ports: Vec<(&str, u32)> = d.services[0]
+        .ports
+        .iter()
+        .map(|p| (p.name.as_str(), p.node_port))
+        .collect();
+    assert_eq!(ports, [("vk-n0", 30000), ("vk-n1", 30001)]);
+    let eps = d.status.external_endpoints.as_ref().unwrap();
+    assert_eq!(eps[0].node_ports, vec![30000, 30001]);
+    assert_eq!(announce(&d, 0, 1, "cluster-announce-client-port"), "30001");
+}
+
+/// Valkey 8.1 has no `cluster-announce-client-port`: the cluster is still
+/// rendered and formed, nothing external is announced (or asked of the
+/// server), and the condition says why.
+#[test]
+fn an_old_server_is_told_apart_and_asked_only_for_what_it_has() {
+    let observed = Observed {
+        services: vec![ports(0, &[(0, 30000), (1, 30001)])],
+        pods: vec![pod(0, 0, Some(HOST)), pod(0, 1, Some(HOST))],
+        valkey: Some(failed_over_pair("8.1.8")),
+    };
+    let d = run(cluster(1, 1, Some(ExternalAccess::default())), observed);
+    let c = &d.status.conditions[0];
+    assert_eq!(
+        (c.type_.as_str(), c.status, c.reason.as_str()),
+        (
+            "ExternalAccessReady",
+            ConditionStatus::False,
+            "ServerTooOld"
+        )
+    );
+    assert!(c.message.contains("8.1.8") && c.message.contains("cluster-announce-client-port"));
+    for n in &d.nodes {
+        assert!(
+            !n.announce.iter().any(|(k, _)| k.contains("client-port")),
+            "{:?}",
+            n.announce
+        );
+        assert!(!n.config.contains("client-port") && !n.config.contains("client-ipv4"));
+        assert!(n.config.contains("cluster-announce-human-nodename"));
+    }
+    let eps = d.status.external_endpoints.as_ref().unwrap();
+    assert!(eps[0].nodes.iter().all(|n| !n.ready && n.host.is_empty()));
+}
+
+#[test]
+fn config_and_persistence_are_checked_by_field() {
+    let mut c = cluster(3, 0, None);
+    c.config = vec![
+        ("port".into(), "7000".into()),
+        ("tls-port".into(), "7001".into()),
+        ("maxmemory".into(), "100mb".into()),
+    ];
+    c.persistence = Some(Persistence {
+        size: "0".into(),
+        storage_class_name: Some("Bad Class".into()),
+        reclaim_policy: ReclaimPolicy::Retain,
+    });
+    let fields: Vec<String> = errors(c).into_iter().map(|(f, _)| f).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.persistence.size",
+            "spec.persistence.storageClassName",
+            "spec.config.port",
+            "spec.config.tls-port"
+        ]
+    );
+}
+
+#[test]
+fn config_is_set_live_or_rolled_and_written_for_restarts() {
+    let mut c = cluster(1, 0, None);
+    c.config = vec![
+        ("maxmemory".into(), "100mb".into()),
+        ("databases".into(), "4".into()),
+    ];
+    c.disruption_budget = true;
+    c.persistence = Some(Persistence {
+        size: "1Gi".into(),
+        ..Persistence::default()
+    });
+    let d = run(c.clone(), Observed::default());
+    assert_eq!(d.live_settings, vec![("maxmemory".into(), "100mb".into())]);
+    assert_eq!(d.workload.restart_settings, "databases 4\n");
+    assert_eq!(d.workload.persistence, c.persistence);
+    assert_eq!(d.disruption_budget, Some(1));
+    let conf = &d.nodes[0].config;
+    assert!(conf.contains("\ndatabases 4\n") && conf.contains("\nmaxmemory 100mb\n"));
+    c.disruption_budget = false;
+    c.config.clear();
+    let d = run(c, Observed::default());
+    assert_eq!(d.disruption_budget, None);
+    assert!(d.live_settings.is_empty() && d.workload.restart_settings.is_empty());
 }

@@ -2,12 +2,14 @@
 //! emulator ([`harness`]), waiting with deadlines ([`wait`]), proptest
 //! strategies for the guest's input ([`strategies`]), a model of what
 //! applying a desired state produces ([`apply`]), the data-path checks
-//! against a real Valkey cluster ([`valkey`]), the modules the swap tests
+//! against a real Valkey cluster ([`valkey`]) and the end-to-end steps
+//! through the sandbox ([`e2e`]), the modules the swap tests
 //! load ([`modules`]), scratch directories ([`scratch`]), and the benches'
 //! invocation, timing statistics and machine line ([`bench`]).
 
 pub mod apply;
 pub mod bench;
+pub mod e2e;
 pub mod harness;
 pub mod modules;
 pub mod scratch;

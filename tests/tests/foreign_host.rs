@@ -49,6 +49,9 @@ fn cluster(domain: Option<&str>) -> Cluster {
             preferred_endpoint_type: EndpointType::Hostname,
         }),
         users: vec![],
+        config: vec![("maxmemory".into(), "100mb".into())],
+        persistence: None,
+        disruption_budget: true,
     }
 }
 

@@ -66,6 +66,16 @@ pub const REPLICATION_COMMANDS: &[&str] = &[
     "@write",
 ];
 
+/// Commands of [`OPERATOR_COMMANDS`] and [`REPLICATION_COMMANDS`] that
+/// servers before Valkey 9.0 do not have (atomic slot migration). Such a
+/// server refuses an aclfile that names them and does not start, so they
+/// are granted only where the server is known to have them.
+pub const SINCE_VALKEY_9: &[&str] = &[
+    "cluster|getslotmigrations",
+    "cluster|migrateslots",
+    "cluster|syncslots",
+];
+
 /// The key and channel patterns of each system user: the operator touches
 /// no key; replication writes every key a slot migration carries.
 pub const OPERATOR_PATTERNS: &[&str] = &[];

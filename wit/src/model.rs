@@ -199,6 +199,39 @@ pub struct User {
     pub permissions: Option<String>,
 }
 
+/// `spec.persistence.reclaimPolicy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
+#[repr(u8)]
+pub enum ReclaimPolicy {
+    #[default]
+    #[cfg_attr(feature = "wasmtime", component(name = "retain"))]
+    Retain,
+    #[cfg_attr(feature = "wasmtime", component(name = "delete"))]
+    Delete,
+}
+
+/// `spec.persistence`: a volume per node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Persistence {
+    pub size: String,
+    #[cfg_attr(feature = "wasmtime", component(name = "storage-class-name"))]
+    pub storage_class_name: Option<String>,
+    #[cfg_attr(feature = "wasmtime", component(name = "reclaim-policy"))]
+    pub reclaim_policy: ReclaimPolicy,
+}
+
 /// A ValkeyCluster: `metadata.name`, `metadata.namespace` and `spec`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -219,6 +252,12 @@ pub struct Cluster {
     pub external_access: Option<ExternalAccess>,
     /// `spec.users`, with the host's password digests.
     pub users: Vec<User>,
+    /// `spec.config`, as written.
+    pub config: Vec<Pair>,
+    pub persistence: Option<Persistence>,
+    /// `spec.podDisruptionBudget.mode` is `Cluster`.
+    #[cfg_attr(feature = "wasmtime", component(name = "disruption-budget"))]
+    pub disruption_budget: bool,
 }
 
 /// One load-balancer ingress point of a shard Service.
@@ -332,6 +371,8 @@ pub struct NodeRef {
 pub struct Peer {
     pub id: String,
     pub failed: bool,
+    /// The cluster-bus link is up and the peer is not suspected.
+    pub linked: bool,
 }
 
 /// What one Valkey node reports about itself, read by the host at its pod IP.
@@ -353,6 +394,8 @@ pub struct ValkeyNode {
     pub synced: bool,
     #[cfg_attr(feature = "wasmtime", component(name = "cluster-ok"))]
     pub cluster_ok: bool,
+    /// `valkey_version`, e.g. `9.0.1`; empty if unknown.
+    pub version: String,
 }
 
 /// Everything `reconcile` computes from: the cluster, what is observed, and
@@ -504,6 +547,11 @@ pub struct Workload {
     pub resources: Option<Resources>,
     #[cfg_attr(feature = "wasmtime", component(name = "tls-secret"))]
     pub tls_secret: Option<String>,
+    pub persistence: Option<Persistence>,
+    /// The start-only `spec.config` settings as canonical lines; the host
+    /// puts their digest on the pod template.
+    #[cfg_attr(feature = "wasmtime", component(name = "restart-settings"))]
+    pub restart_settings: String,
 }
 
 /// One node: `<cluster>-<shard>-<node>`. The host derives from it a
@@ -638,6 +686,12 @@ pub struct Desired {
     pub status: Status,
     pub warnings: Vec<Violation>,
     pub topology: Topology,
+    /// `spec.config` settings to `CONFIG SET` live on every node.
+    #[cfg_attr(feature = "wasmtime", component(name = "live-settings"))]
+    pub live_settings: Vec<Pair>,
+    /// The PodDisruptionBudget's `maxUnavailable`; none without one.
+    #[cfg_attr(feature = "wasmtime", component(name = "disruption-budget"))]
+    pub disruption_budget: Option<u32>,
 }
 
 /// `CLUSTER MEET <peer's pod IP> 6379 16379`, sent to `node`.
@@ -732,5 +786,7 @@ pub struct Topology {
     pub steps: Vec<Step>,
     pub formed: bool,
     pub waiting: String,
-    pub draining: Vec<u32>,
+    /// Nodes past the spec that must stay until they hand over, drain and
+    /// are forgotten.
+    pub departing: Vec<NodeRef>,
 }

@@ -61,6 +61,11 @@ pub fn acl_secret(cluster: &str) -> String {
     format!("{OBJECT_PREFIX}{cluster}-acl")
 }
 
+/// `shardgate-<cluster>`: the cluster's PodDisruptionBudget.
+pub fn disruption_budget(cluster: &str) -> String {
+    format!("{OBJECT_PREFIX}{cluster}")
+}
+
 /// `shardgate-<cluster>-system`: the operator-owned Secret holding the system
 /// users' passwords and the replicas' `masterauth` include file.
 pub fn system_secret(cluster: &str) -> String {

@@ -75,6 +75,9 @@ impl Snapshot {
                     preferred_endpoint_type: EndpointType::Ip,
                 }),
                 users: Vec::new(),
+                config: BTreeMap::new(),
+                persistence: None,
+                pod_disruption_budget: None,
             },
         );
         vc.metadata.namespace = Some(NAMESPACE.into());

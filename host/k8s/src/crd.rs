@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -23,7 +24,9 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "ValkeyClusterStatus",
     cel,
-    printcolumn = r#"{"name":"Shards","type":"integer","jsonPath":".spec.shards"}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Shards","type":"integer","jsonPath":".status.shards"}"#,
+    printcolumn = r#"{"name":"Ready Shards","type":"integer","jsonPath":".status.readyShards"}"#,
     printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"External","type":"string","jsonPath":".status.conditions[?(@.type==\"ExternalAccessReady\")].reason"}"#,
@@ -63,6 +66,62 @@ pub struct ValkeyClusterSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub users: Vec<UserSpec>,
+    /// valkey.conf settings (`maxmemory: 100mb`). Settings Valkey changes
+    /// at runtime (a vetted list) are set live with `CONFIG SET`; any other
+    /// change restarts the pods one at a time. Settings the operator owns
+    /// (`port`, `tls-*`, `cluster-*`, `aclfile`, `dir`, `protected-mode`,
+    /// the announce and replication authentication keys) are refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, IntOrString>,
+    /// Keep each node's data on a volume of its own (append-only file),
+    /// so a deleted, evicted or rescheduled pod comes back with it. Set at
+    /// creation: a StatefulSet's volume claim templates cannot change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<PersistenceSpec>,
+    /// A PodDisruptionBudget over the cluster's pods, so a node drain
+    /// takes at most one node of the cluster at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_disruption_budget: Option<PodDisruptionBudgetSpec>,
+}
+
+/// `spec.persistence`, in upstream valkey-operator's shape.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistenceSpec {
+    /// Each node's volume size, a quantity (`1Gi`).
+    pub size: String,
+    /// The StorageClass; default: the cluster's default class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// What happens to a node's volume when the node is removed or the
+    /// cluster deleted: kept (`Retain`, the default) or deleted.
+    #[serde(default)]
+    pub reclaim_policy: ReclaimPolicy,
+}
+
+/// `spec.persistence.reclaimPolicy`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ReclaimPolicy {
+    #[default]
+    Retain,
+    Delete,
+}
+
+/// `spec.podDisruptionBudget`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodDisruptionBudgetSpec {
+    #[serde(default)]
+    pub mode: DisruptionBudgetMode,
+}
+
+/// `Cluster` (the default): one PodDisruptionBudget with `maxUnavailable: 1`
+/// over every pod of the cluster. `Disabled`: none.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DisruptionBudgetMode {
+    #[default]
+    Cluster,
+    Disabled,
 }
 
 /// `spec.users[]`: one ACL user, in upstream valkey-operator's shape.
@@ -242,6 +301,27 @@ pub struct ValkeyClusterStatus {
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// One word for where the cluster is: `Initializing` (never Ready
+    /// yet), `Reconciling` (changing to the spec), `Ready`, `Degraded`
+    /// (the last reconcile failed) or `Failed` (the spec is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ClusterState>,
+    /// Shards in the spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<i32>,
+    /// Shards whose every node is ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_shards: Option<i32>,
+}
+
+/// `status.state`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ClusterState {
+    Initializing,
+    Reconciling,
+    Ready,
+    Degraded,
+    Failed,
 }
 
 /// One shard's external endpoints.

@@ -12,6 +12,7 @@ pub mod client;
 pub mod convert;
 pub mod crd;
 pub mod credentials;
+pub mod events;
 pub mod manager;
 pub mod manifest;
 pub mod owned_fields;

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use shardgate_contract::model::{self as m, Input, NodeRef};
 
 use crate::cache::entry::LABEL_REVISION;
-use crate::cache::{Cache, CachedConfigMap, CachedPod, CachedService, CachedStatefulSet, Entry};
+use crate::cache::{
+    Cache, CachedConfigMap, CachedDisruptionBudget, CachedPod, CachedService, CachedStatefulSet,
+    Entry,
+};
 use crate::convert::{self, Labelled, PodView};
 use crate::prune::owned_by;
 
@@ -21,6 +24,7 @@ pub struct Caches {
     pub config_maps: Cache<CachedConfigMap>,
     pub stateful_sets: Cache<CachedStatefulSet>,
     pub pods: Cache<CachedPod>,
+    pub disruption_budgets: Cache<CachedDisruptionBudget>,
 }
 
 impl Caches {
@@ -32,6 +36,7 @@ impl Caches {
             && self.config_maps.is_ready()
             && self.stateful_sets.is_ready()
             && self.pods.is_ready()
+            && self.disruption_budgets.is_ready()
     }
 }
 
@@ -69,6 +74,7 @@ pub struct Snapshot {
     pub services: Vec<Arc<CachedService>>,
     pub config_maps: Vec<Arc<CachedConfigMap>>,
     pub stateful_sets: Vec<Arc<CachedStatefulSet>>,
+    pub disruption_budgets: Vec<Arc<CachedDisruptionBudget>>,
     /// Each owned Pod that names its node, projected once, in index order.
     pub nodes: Vec<ObservedNode>,
 }
@@ -92,6 +98,11 @@ impl Snapshot {
             services: owned(caches.services.labelled(namespace, cluster), cluster, uid),
             config_maps: owned(
                 caches.config_maps.labelled(namespace, cluster),
+                cluster,
+                uid,
+            ),
+            disruption_budgets: owned(
+                caches.disruption_budgets.labelled(namespace, cluster),
                 cluster,
                 uid,
             ),
@@ -138,6 +149,11 @@ impl Snapshot {
     /// How many of `wanted`'s nodes have a ready Pod.
     pub fn ready_nodes(&self, wanted: &[m::Node]) -> usize {
         crate::status::ready_nodes(self.nodes.iter().map(|n| (n.at, n.ready)), wanted)
+    }
+
+    /// How many of the spec's `shards` have every wanted node ready.
+    pub fn ready_shards(&self, wanted: &[m::Node], shards: u32) -> usize {
+        crate::status::ready_shards(self.nodes.iter().map(|n| (n.at, n.ready)), wanted, shards)
     }
 }
 

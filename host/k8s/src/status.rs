@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use shardgate_contract::conditions::{DEGRADED, EXTERNAL_ACCESS_READY, PROGRESSING, READY};
 use shardgate_contract::model as m;
 
-use crate::crd::{NodeEndpointStatus, ShardEndpointStatus, ValkeyClusterStatus};
+use crate::crd::{ClusterState, NodeEndpointStatus, ShardEndpointStatus, ValkeyClusterStatus};
 
 /// What a reconcile saw and did, beyond the guest's answer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -21,6 +21,10 @@ pub struct Progress {
     pub ready_nodes: usize,
     /// Nodes the spec wants.
     pub wanted_nodes: usize,
+    /// Shards the spec wants.
+    pub shards: usize,
+    /// Shards of the spec whose every node's Pod is ready.
+    pub ready_shards: usize,
     /// The Valkey cluster's formation, when the operator manages Valkey.
     pub formation: Option<Formation>,
     /// A change of announce settings is still spreading by gossip.
@@ -60,6 +64,9 @@ pub enum Outcome<'a> {
     },
     /// The guest refused the spec: nothing was applied or deleted.
     Refused { message: String },
+    /// The reconcile failed part way (an API or Valkey error): it is
+    /// retried with backoff.
+    Failed { message: String },
 }
 
 /// The status after `outcome`, given the status as it was (`previous`) and
@@ -80,6 +87,21 @@ pub fn compute(
         observed_generation: generation,
     };
     let (mut status, wanted) = match outcome {
+        Outcome::Failed { message } => (
+            // What the last good reconcile computed stays; the cluster is
+            // not called ready while its reconcile fails.
+            previous.clone(),
+            vec![
+                condition(DEGRADED, "True", "ReconcileFailed", message),
+                condition(
+                    READY,
+                    "False",
+                    "ReconcileFailed",
+                    "the last reconcile failed and is retried; see Degraded",
+                ),
+                condition(PROGRESSING, "True", "Retrying", "retrying with backoff"),
+            ],
+        ),
         Outcome::Refused { message } => (
             // What was computed for the last good spec stays; only the
             // verdict on this one is added.
@@ -123,6 +145,9 @@ pub fn compute(
                 external_endpoints: guest.external_endpoints.as_deref().map(endpoints),
                 conditions: Vec::new(),
                 observed_generation: generation,
+                state: previous.state,
+                shards: Some(progress.shards as i32),
+                ready_shards: Some(progress.ready_shards as i32),
             };
             (status, wanted)
         }
@@ -139,7 +164,50 @@ pub fn compute(
         }
     }
     status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    let ready = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == READY && c.status == "True");
+    status.state = Some(state(outcome, previous.state, ready));
     status
+}
+
+/// `status.state`: `Failed` for a refused spec, `Degraded` for a failed
+/// reconcile or names held by others, `Ready`, and otherwise
+/// `Initializing` until the cluster has first been ready, then
+/// `Reconciling`.
+pub fn state(outcome: &Outcome<'_>, previous: Option<ClusterState>, ready: bool) -> ClusterState {
+    match outcome {
+        Outcome::Refused { .. } => ClusterState::Failed,
+        Outcome::Failed { .. } => ClusterState::Degraded,
+        Outcome::Reconciled { progress, .. } if !progress.conflicts.is_empty() => {
+            ClusterState::Degraded
+        }
+        Outcome::Reconciled { .. } if ready => ClusterState::Ready,
+        Outcome::Reconciled { .. } => match previous {
+            None | Some(ClusterState::Initializing) => ClusterState::Initializing,
+            Some(_) => ClusterState::Reconciling,
+        },
+    }
+}
+
+/// How many of the spec's `shards` have every node of `wanted` ready.
+pub fn ready_shards(
+    pods: impl IntoIterator<Item = (m::NodeRef, bool)>,
+    wanted: &[m::Node],
+    shards: u32,
+) -> usize {
+    let ready: BTreeSet<(u32, u32)> = pods
+        .into_iter()
+        .filter(|(_, ready)| *ready)
+        .map(|(at, _)| (at.shard, at.node))
+        .collect();
+    (0..shards)
+        .filter(|s| {
+            let mut nodes = wanted.iter().filter(|n| n.shard == *s).peekable();
+            nodes.peek().is_some() && nodes.all(|n| ready.contains(&(n.shard, n.node)))
+        })
+        .count()
 }
 
 /// What `Degraded` says of objects whose names another owner holds.
@@ -307,7 +375,94 @@ mod tests {
             announce_spreading: spreading,
             acl_pending: 0,
             conflicts: Vec::new(),
+            shards: 3,
+            ready_shards: ready / 2,
         }
+    }
+
+    #[test]
+    fn the_state_is_one_word_for_the_outcome() {
+        use ClusterState::*;
+        let g = guest(None);
+        let reconciled = |conflicts: bool| Outcome::Reconciled {
+            guest: &g,
+            progress: Progress {
+                conflicts: if conflicts {
+                    vec!["Service x".into()]
+                } else {
+                    vec![]
+                },
+                ..Progress::default()
+            },
+        };
+        let refused = Outcome::Refused {
+            message: "m".into(),
+        };
+        let failed = Outcome::Failed {
+            message: "m".into(),
+        };
+        // (outcome, previous state, ready) => state
+        let cases = [
+            (&refused, Some(Ready), false, Failed),
+            (&failed, Some(Ready), false, Degraded),
+            (&reconciled(true), Some(Ready), false, Degraded),
+            (&reconciled(false), None, true, Ready),
+            (&reconciled(false), None, false, Initializing),
+            (&reconciled(false), Some(Initializing), false, Initializing),
+            (&reconciled(false), Some(Ready), false, Reconciling),
+            (&reconciled(false), Some(Degraded), false, Reconciling),
+        ];
+        for (i, (outcome, previous, ready, want)) in cases.into_iter().enumerate() {
+            assert_eq!(state(outcome, previous, ready), want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn a_failed_reconcile_is_never_ready_and_keeps_what_was_computed() {
+        let g = guest(Some(m::ConditionStatus::True));
+        let ready = compute_reconciled(&g, progress(0, 6, Some(true), false));
+        assert_eq!(ready.state, Some(ClusterState::Ready));
+        assert_eq!((ready.shards, ready.ready_shards), (Some(3), Some(3)));
+        let failed = compute(
+            &Outcome::Failed {
+                message: "apply services: 500".into(),
+            },
+            Some(&ready),
+            Some(5),
+            &time("2026-01-01T00:01:00Z"),
+        );
+        assert_eq!(get(&failed, READY), ("False", "ReconcileFailed"));
+        assert_eq!(get(&failed, DEGRADED), ("True", "ReconcileFailed"));
+        assert_eq!(failed.state, Some(ClusterState::Degraded));
+        assert_eq!(failed.observed_generation, ready.observed_generation);
+        assert_eq!(failed.ready_shards, Some(3));
+    }
+
+    #[test]
+    fn a_shard_is_ready_when_every_node_of_it_is() {
+        let node = |shard, node| m::Node {
+            shard,
+            node,
+            name: String::new(),
+            node_name: String::new(),
+            port_name: String::new(),
+            config: String::new(),
+            announce: Vec::new(),
+        };
+        let wanted = [node(0, 0), node(0, 1), node(1, 0), node(1, 1)];
+        let at = |shard, node| m::NodeRef { shard, node };
+        let pods = [
+            (at(0, 0), true),
+            (at(0, 1), true),
+            (at(1, 0), true),
+            (at(1, 1), false),
+        ];
+        assert_eq!(ready_shards(pods, &wanted, 2), 1);
+        assert_eq!(
+            ready_shards(pods, &wanted, 3),
+            1,
+            "a shard without nodes is not ready"
+        );
     }
 
     fn compute_reconciled(g: &m::Status, p: Progress) -> ValkeyClusterStatus {

@@ -18,6 +18,9 @@ fn cluster(
             tls: None,
             external_access: ea,
             users: Vec::new(),
+            config: Default::default(),
+            persistence: None,
+            pod_disruption_budget: None,
         },
     );
     vc.metadata.namespace = Some("default".into());

@@ -5,16 +5,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use shardgate_k8s::apply::Recent;
 use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_k8s::events::Recorder;
 use shardgate_k8s::snapshot::Caches;
 use shardgate_wasm::swap::{ModuleManager, Serving};
 use shardgate_wasm::{CallBudget, CallError, Reconciler};
 
 use crate::metrics::Metrics;
+use crate::reconcile::Said;
 
 /// What every reconcile shares: the client, the caches, the reconcile
 /// module, metrics, the event recorder and per-cluster failure counts.
@@ -34,6 +35,11 @@ pub struct Context {
     pub manage_valkey: bool,
     /// Applies the stores have not shown yet.
     pub recent: Recent,
+    /// What was last said in Events, so a message is not repeated while
+    /// it holds.
+    pub said: Said,
+    /// The live `spec.config` each Valkey node (by ID) was last given.
+    pub settings_set: Mutex<HashMap<String, String>>,
     modules: Arc<ModuleManager>,
     failures: Mutex<HashMap<ObjectRef<ValkeyCluster>, u32>>,
 }
@@ -50,18 +56,16 @@ impl Context {
         instance: String,
         manage_valkey: bool,
     ) -> Self {
-        let reporter = Reporter {
-            controller: "shardgate".into(),
-            instance: Some(instance),
-        };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::new(client.clone(), "shardgate", &instance),
             client,
             clusters,
             caches,
             metrics,
             manage_valkey,
             recent: Default::default(),
+            said: Said::default(),
+            settings_set: Mutex::new(HashMap::new()),
             modules,
             failures: Mutex::new(HashMap::new()),
         }

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef};
@@ -61,6 +62,11 @@ pub(crate) async fn controller(
         cached::stateful_set,
     );
     let (pods, pod_stream) = cached_watch(api::<Pod>(&client, ns), &managed, cached::pod);
+    let (disruption_budgets, disruption_budget_stream) = cached_watch(
+        api::<PodDisruptionBudget>(&client, ns),
+        &managed,
+        cached::disruption_budget,
+    );
 
     // Reconciles run concurrently up to a bound well inside the wasm
     // runtime's instance pool (one instance per in-flight guest call).
@@ -88,6 +94,7 @@ pub(crate) async fn controller(
         config_maps: config_maps.clone(),
         stateful_sets: stateful_sets.clone(),
         pods: pods.clone(),
+        disruption_budgets: disruption_budgets.clone(),
     };
     let ctx = Arc::new(Context::new(
         client,
@@ -107,7 +114,8 @@ pub(crate) async fn controller(
                 services.wait_until_ready(),
                 config_maps.wait_until_ready(),
                 stateful_sets.wait_until_ready(),
-                pods.wait_until_ready()
+                pods.wait_until_ready(),
+                disruption_budgets.wait_until_ready()
             );
             health.ready.store(true, Ordering::Relaxed);
         }
@@ -140,6 +148,7 @@ pub(crate) async fn controller(
         .watches_stream(config_map_stream, trigger)
         .watches_stream(stateful_set_stream, trigger)
         .watches_stream(pod_stream, trigger)
+        .watches_stream(disruption_budget_stream, trigger)
         .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::api::Api;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
+use shardgate_k8s::events::{EventType, Note, Recorder};
 use shardgate_wasm::swap::source::{Offers, follow_file};
 use shardgate_wasm::swap::{Checker, ModuleManager, ModuleSource, Observer, Serving};
 use tracing::{info, warn};
@@ -50,12 +50,8 @@ impl ModuleReporter {
 
     /// Records Events about `reference` through `client`.
     pub fn set_events(&self, client: kube::Client, instance: &str, reference: ObjectReference) {
-        let reporter = Reporter {
-            controller: "shardgate".into(),
-            instance: Some(instance.to_string()),
-        };
         *self.events.lock().unwrap() = Some(Arc::new(EventSink {
-            recorder: Recorder::new(client, reporter),
+            recorder: Recorder::new(client, "shardgate", instance),
             reference,
         }));
     }
@@ -92,12 +88,11 @@ impl Observer for ModuleReporter {
         };
         let metrics = self.metrics.clone();
         handle.spawn(async move {
-            let ev = Event {
+            let ev = Note {
                 type_: EventType::Warning,
                 reason: reason.into(),
-                note: Some(note.chars().take(1000).collect()),
+                note: note.chars().take(1000).collect(),
                 action: action.into(),
-                secondary: None,
             };
             match sink.recorder.publish(&ev, &sink.reference).await {
                 Ok(()) => metrics.write("create", "events"),

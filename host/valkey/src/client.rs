@@ -97,6 +97,8 @@ pub struct Facts {
     pub migrating: bool,
     pub synced: bool,
     pub cluster_ok: bool,
+    /// `valkey_version`; empty if the server did not say.
+    pub version: String,
 }
 
 fn range_args(slots: &[SlotRange]) -> impl Iterator<Item = String> + '_ {
@@ -281,34 +283,71 @@ impl NodeClient {
         Ok(changes.len())
     }
 
+    /// Sets the user's `settings` (`spec.config`, checked by the guest:
+    /// never an operator-owned or announce key) in one `CONFIG SET`, which
+    /// Valkey applies atomically.
+    pub async fn set_config(&mut self, settings: &[(String, String)]) -> Result<()> {
+        if settings.is_empty() {
+            return Ok(());
+        }
+        if let Some((key, _)) = settings.iter().find(|(k, _)| announce::is_managed(k)) {
+            return Err(Error::Unmanaged {
+                node: self.node,
+                setting: key.clone(),
+            });
+        }
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET");
+        for (key, value) in settings {
+            cmd.arg(key).arg(value);
+        }
+        let changes: Vec<(&str, &str)> = settings
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        cmd.query_async::<()>(&mut self.conn)
+            .await
+            .map_err(|source| self.rejected(&changes, source))
+    }
+
     /// What the node reports about itself for the topology plan: its ID,
     /// the primary it follows, its slots, the peers it knows, whether a slot
     /// migration is under way, whether a replica is in sync.
     pub async fn facts(&mut self) -> Result<Facts> {
         let view = self.cluster_nodes().await?;
-        let jobs: Value = self
-            .cluster(&["GETSLOTMIGRATIONS"], "CLUSTER GETSLOTMIGRATIONS")
-            .await?;
-        let migrating = migration_states(&jobs)
-            .iter()
-            .any(|s| cluster_nodes::is_running(s));
-        let synced = if view.primary.is_some() {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut self.conn)
-                .await
-                .map_err(|source| self.command_error("INFO replication", source))?;
-            cluster_nodes::replica_synced(&info)
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .arg("replication")
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|source| self.command_error("INFO server replication", source))?;
+        let version = cluster_nodes::server_version(&info);
+        let synced = view.primary.is_none() || cluster_nodes::replica_synced(&info);
+        // Atomic slot migration (and its job list) came with Valkey 9.0;
+        // an older server shows a migration only as slot markers.
+        let atomic = version
+            .split('.')
+            .next()
+            .and_then(|major| major.parse::<u32>().ok())
+            .is_none_or(|major| major >= 9);
+        let migrating = if atomic {
+            let jobs: Value = self
+                .cluster(&["GETSLOTMIGRATIONS"], "CLUSTER GETSLOTMIGRATIONS")
+                .await?;
+            migration_states(&jobs)
+                .iter()
+                .any(|s| cluster_nodes::is_running(s))
         } else {
-            true
+            view.marked_migrating
         };
-        let info: String = self.cluster(&["INFO"], "CLUSTER INFO").await?;
-        let cluster_ok = cluster_nodes::cluster_state_ok(&info);
+        let cluster_info: String = self.cluster(&["INFO"], "CLUSTER INFO").await?;
+        let cluster_ok = cluster_nodes::cluster_state_ok(&cluster_info);
         Ok(Facts {
             view,
             migrating,
             synced,
             cluster_ok,
+            version,
         })
     }
 

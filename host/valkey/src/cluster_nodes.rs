@@ -23,6 +23,9 @@ pub struct View {
     /// sees it: the `ip:port@cport[,hostname]` field, by node ID. Used only
     /// to tell when a change of announce settings has spread by gossip.
     pub announced: BTreeMap<String, String>,
+    /// This node's line shows a slot it is importing or migrating the
+    /// classic way (`[slot->-id]`, `[slot-<-id]`).
+    pub marked_migrating: bool,
 }
 
 /// Parses `CLUSTER NODES` output. Fails if there is no `myself` line.
@@ -47,11 +50,13 @@ pub fn parse(text: &str) -> Result<View, String> {
                 slots: fields[8..].iter().filter_map(|s| parse_slots(s)).collect(),
                 peers: Vec::new(),
                 announced: BTreeMap::new(),
+                marked_migrating: fields[8..].iter().any(|s| s.starts_with('[')),
             });
         } else if !flag("handshake") && !flag("noaddr") {
             peers.push(Peer {
                 id: id.to_string(),
                 failed: flag("fail"),
+                linked: fields[7] == "connected" && !flag("fail") && !flag("fail?"),
             });
         }
     }
@@ -100,6 +105,20 @@ pub fn replica_synced(info: &str) -> bool {
     }
 }
 
+/// The server's version from `INFO server`: `valkey_version`, else
+/// `redis_version` (servers before Valkey 8 report only that); empty if
+/// neither is there.
+pub fn server_version(info: &str) -> String {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    };
+    field("valkey_version")
+        .or_else(|| field("redis_version"))
+        .unwrap_or_default()
+}
+
 /// `cluster_state:ok` in `CLUSTER INFO`.
 pub fn cluster_state_ok(info: &str) -> bool {
     info.lines().any(|l| l.trim() == "cluster_state:ok")
@@ -134,11 +153,13 @@ c0ffee00 127.0.0.8:6379@16379 handshake - 0 0 0 connected
             vec![
                 Peer {
                     id: "82ad9d3c".into(),
-                    failed: false
+                    failed: false,
+                    linked: true,
                 },
                 Peer {
                     id: "deadbeef".into(),
-                    failed: true
+                    failed: true,
+                    linked: false,
                 },
             ]
         );
@@ -159,6 +180,17 @@ c0ffee00 127.0.0.8:6379@16379 handshake - 0 0 0 connected
             ]
         );
         assert_eq!(v.primary, None);
+        assert!(v.marked_migrating);
+        assert!(!parse(NODES).unwrap().marked_migrating);
+    }
+
+    #[test]
+    fn versions_come_from_info_server() {
+        let info =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.8\r\n";
+        assert_eq!(server_version(info), "8.1.8");
+        assert_eq!(server_version("redis_version:7.2.4\r\n"), "7.2.4");
+        assert_eq!(server_version("# Server\r\n"), "");
     }
 
     #[test]

@@ -64,6 +64,7 @@ impl Nodes {
                         migrating: f.migrating,
                         synced: f.synced,
                         cluster_ok: f.cluster_ok,
+                        version: f.version,
                     };
                     nodes.insert(
                         (shard, node),
@@ -81,6 +82,11 @@ impl Nodes {
         Nodes { nodes }
     }
 
+    /// The IDs of the nodes that answered.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        self.nodes.values().map(|a| a.facts.id.as_str())
+    }
+
     /// The facts for the guest, in index order.
     pub fn facts(&self) -> Vec<ValkeyNode> {
         self.nodes.values().map(|a| a.facts.clone()).collect()
@@ -96,6 +102,23 @@ impl Nodes {
             }
         }
         Ok(changed)
+    }
+
+    /// Sets `settings` live on every answering node for which `done` (by
+    /// node ID) is false, and returns the IDs of the nodes set. Valkey
+    /// reports many settings normalized (`100mb` as `104857600`), so the
+    /// caller remembers what it set rather than comparing.
+    pub async fn set_config(
+        &mut self,
+        settings: &[(String, String)],
+        done: impl Fn(&str) -> bool,
+    ) -> Result<Vec<String>, valkey::Error> {
+        let mut set = Vec::new();
+        for a in self.nodes.values_mut().filter(|a| !done(&a.facts.id)) {
+            a.client.set_config(settings).await?;
+            set.push(a.facts.id.clone());
+        }
+        Ok(set)
     }
 
     /// Whether every answering node sees every other answering node

@@ -209,10 +209,13 @@ pub fn render(
         };
         (at, p.ready)
     });
+    let shards = input.cluster.shards.max(0) as u32;
     let progress = Progress {
         changed,
-        ready_nodes: status::ready_nodes(pods, &desired.nodes),
+        ready_nodes: status::ready_nodes(pods.clone(), &desired.nodes),
         wanted_nodes: desired.nodes.len(),
+        shards: shards as usize,
+        ready_shards: status::ready_shards(pods, &desired.nodes, shards),
         formation: None,
         announce_spreading: false,
         acl_pending: 0,

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, LoadBalancerIngress, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
 use kube::api::ObjectMeta;
 use serde::Serialize;
@@ -207,6 +208,8 @@ pub type CachedStatefulSet = Slim<StatefulSet, StatefulSetState>;
 pub type CachedService = Slim<Service, ServiceState>;
 /// A cached ConfigMap: its marks.
 pub type CachedConfigMap = Slim<ConfigMap, ()>;
+/// A cached PodDisruptionBudget: its marks.
+pub type CachedDisruptionBudget = Slim<PodDisruptionBudget, ()>;
 
 /// What a reconcile reads of a Pod's status. (A `PodStatus` is 616 bytes
 /// before any of its heap data.)
@@ -360,6 +363,12 @@ pub fn service(svc: Service) -> CachedService {
 /// read back, only compared.
 pub fn config_map(cm: ConfigMap) -> CachedConfigMap {
     slim(cm, true, true, |_| None)
+}
+
+/// A PodDisruptionBudget as the cache keeps it: like a ConfigMap, compared
+/// by digest only.
+pub fn disruption_budget(pdb: PodDisruptionBudget) -> CachedDisruptionBudget {
+    slim(pdb, true, true, |_| None)
 }
 
 /// A Pod as the cache keeps it: of its status the host IP, the pod IP and

@@ -22,8 +22,8 @@ use tokio::sync::watch;
 pub mod entry;
 
 pub use entry::{
-    CachedConfigMap, CachedPod, CachedPort, CachedService, CachedStatefulSet, Entry, PodState,
-    ServiceState, Slim, StatefulSetState,
+    CachedConfigMap, CachedDisruptionBudget, CachedPod, CachedPort, CachedService,
+    CachedStatefulSet, Entry, PodState, ServiceState, Slim, StatefulSetState,
 };
 
 /// The cache of one kind. Clones share it.

@@ -9,11 +9,14 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Pod, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use shardgate_contract::model::{self as m, Input, Pair};
 use shardgate_contract::{labels, names};
 
-use crate::crd::{EndpointType, ServiceType, TrafficPolicy, ValkeyCluster};
+use crate::crd::{
+    DisruptionBudgetMode, EndpointType, ReclaimPolicy, ServiceType, TrafficPolicy, ValkeyCluster,
+};
 
 /// The guest's view of a cluster's spec.
 pub fn cluster(vc: &ValkeyCluster) -> m::Cluster {
@@ -52,6 +55,29 @@ pub fn cluster(vc: &ValkeyCluster) -> m::Cluster {
             },
         }),
         users: spec.users.iter().map(user).collect(),
+        config: spec
+            .config
+            .iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    IntOrString::Int(i) => i.to_string(),
+                    IntOrString::String(s) => s.clone(),
+                };
+                (k.clone(), v)
+            })
+            .collect(),
+        persistence: spec.persistence.as_ref().map(|p| m::Persistence {
+            size: p.size.clone(),
+            storage_class_name: p.storage_class_name.clone(),
+            reclaim_policy: match p.reclaim_policy {
+                ReclaimPolicy::Retain => m::ReclaimPolicy::Retain,
+                ReclaimPolicy::Delete => m::ReclaimPolicy::Delete,
+            },
+        }),
+        disruption_budget: spec
+            .pod_disruption_budget
+            .as_ref()
+            .is_none_or(|p| p.mode == DisruptionBudgetMode::Cluster),
     }
 }
 

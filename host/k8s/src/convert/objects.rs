@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use shardgate_contract::model::{self as m, Desired};
@@ -25,6 +26,8 @@ pub const CONFIG_KEY: &str = "valkey.conf";
 pub struct Objects {
     pub shard_services: Vec<Service>,
     pub nodes: Vec<NodeObjects>,
+    /// The cluster's PodDisruptionBudget, applied last.
+    pub disruption_budget: Option<PodDisruptionBudget>,
 }
 
 /// The objects of one node, all named `shardgate-<cluster>-<shard>-<node>`.
@@ -47,6 +50,9 @@ impl Objects {
             out.push(typed_json(&n.config_map));
             out.push(typed_json(&n.headless_service));
             out.push(typed_json(&n.stateful_set));
+        }
+        if let Some(pdb) = &self.disruption_budget {
+            out.push(typed_json(pdb));
         }
         out
     }
@@ -78,6 +84,35 @@ pub fn objects(vc: &ValkeyCluster, desired: &Desired) -> Objects {
             .iter()
             .map(|n| node_objects(&owned, n, &desired.workload))
             .collect(),
+        disruption_budget: desired
+            .disruption_budget
+            .map(|max| disruption_budget(&owned, max)),
+    }
+}
+
+/// At most `max_unavailable` of the cluster's pods may be disrupted
+/// (evicted by a drain) at a time.
+fn disruption_budget(owned: &Owned, max_unavailable: u32) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: owned.meta(
+            &names::disruption_budget(&owned.cluster),
+            owned.labels.clone(),
+        ),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(max_unavailable as i32)),
+            selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([
+                    (labels::CLUSTER.to_string(), owned.cluster.clone()),
+                    (
+                        labels::COMPONENT.to_string(),
+                        labels::COMPONENT_NODE.to_string(),
+                    ),
+                ])),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
     }
 }
 
@@ -297,6 +332,7 @@ mod tests {
                 command: vec!["valkey-server".into()],
                 resources: None,
                 tls_secret: tls.then(|| "tls".into()),
+                ..m::Workload::default()
             },
             nodes: vec![node(1, 0), node(1, 1)],
             ..Desired::default()
@@ -402,5 +438,64 @@ mod tests {
                 "v1"
             );
         }
+    }
+
+    #[test]
+    fn persistence_claims_a_volume_per_node_and_keeps_it_by_policy() {
+        let mut d = desired(&[], false);
+        d.workload.persistence = Some(m::Persistence {
+            size: "2Gi".into(),
+            storage_class_name: Some("fast".into()),
+            reclaim_policy: m::ReclaimPolicy::Delete,
+        });
+        d.workload.restart_settings = "databases 4\n".into();
+        let o = objects(&cluster(Some("u")), &d);
+        let sts = typed_json(&o.nodes[0].stateful_set);
+        let claim = &sts["spec"]["volumeClaimTemplates"][0];
+        assert_eq!(claim["metadata"]["name"], "data");
+        assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "2Gi");
+        assert_eq!(claim["spec"]["storageClassName"], "fast");
+        assert_eq!(claim["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+        assert_eq!(
+            sts["spec"]["persistentVolumeClaimRetentionPolicy"],
+            json!({"whenDeleted": "Delete", "whenScaled": "Delete"})
+        );
+        let pod = &sts["spec"]["template"]["spec"];
+        assert!(
+            pod["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|v| v["name"] != "data"),
+            "the claim is the data volume, not an emptyDir"
+        );
+        assert_eq!(pod["containers"][0]["volumeMounts"][1]["name"], "data");
+        let digest = &sts["spec"]["template"]["metadata"]["annotations"]
+            [workload::RESTART_SETTINGS_ANNOTATION];
+        assert_eq!(digest.as_str().map(str::len), Some(16));
+        // Without start-only settings there is no annotation at all.
+        let plain =
+            typed_json(&objects(&cluster(Some("u")), &desired(&[], false)).nodes[0].stateful_set);
+        assert!(plain["spec"]["template"]["metadata"]["annotations"].is_null());
+        assert!(plain["spec"]["volumeClaimTemplates"].is_null());
+    }
+
+    #[test]
+    fn one_disruption_budget_covers_the_cluster_s_pods() {
+        let mut d = desired(&[], false);
+        assert!(objects(&cluster(Some("u")), &d).disruption_budget.is_none());
+        d.disruption_budget = Some(1);
+        let o = objects(&cluster(Some("u")), &d);
+        let pdb = typed_json(o.disruption_budget.as_ref().unwrap());
+        assert_eq!(pdb["kind"], "PodDisruptionBudget");
+        assert_eq!(pdb["apiVersion"], "policy/v1");
+        assert_eq!(pdb["metadata"]["name"], "shardgate-c");
+        assert_eq!(pdb["metadata"]["ownerReferences"][0]["uid"], "u");
+        assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+        assert_eq!(
+            pdb["spec"]["selector"]["matchLabels"],
+            json!({labels::CLUSTER: "c", labels::COMPONENT: labels::COMPONENT_NODE})
+        );
+        assert_eq!(o.to_json().last().unwrap()["kind"], "PodDisruptionBudget");
     }
 }

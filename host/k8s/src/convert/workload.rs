@@ -4,12 +4,16 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
+};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
-    TCPSocketAction, Volume, VolumeMount,
+    EnvVarSource, KeyToPath, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, TCPSocketAction, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -37,6 +41,12 @@ pub fn stateful_set(
     w: &m::Workload,
 ) -> StatefulSet {
     let (volumes, mounts) = volumes(cluster, node, w);
+    let annotations = (!w.restart_settings.is_empty()).then(|| {
+        BTreeMap::from([(
+            RESTART_SETTINGS_ANNOTATION.to_string(),
+            digest(&w.restart_settings),
+        )])
+    });
     StatefulSet {
         metadata,
         spec: StatefulSetSpec {
@@ -54,6 +64,7 @@ pub fn stateful_set(
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(pod_labels),
+                    annotations,
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
@@ -63,11 +74,63 @@ pub fn stateful_set(
                     ..PodSpec::default()
                 }),
             },
+            volume_claim_templates: w.persistence.as_ref().map(|p| vec![claim(p)]),
+            persistent_volume_claim_retention_policy: w.persistence.as_ref().map(|p| {
+                let policy = match p.reclaim_policy {
+                    m::ReclaimPolicy::Retain => "Retain",
+                    m::ReclaimPolicy::Delete => "Delete",
+                };
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some(policy.into()),
+                    when_scaled: Some(policy.into()),
+                }
+            }),
             ..StatefulSetSpec::default()
         },
         status: None,
     }
 }
+
+/// The pod template annotation whose value is a digest of the settings
+/// that take effect only at start: a change rolls the pods.
+pub const RESTART_SETTINGS_ANNOTATION: &str = "shardgate.io/restart-settings";
+
+/// The first 16 hex digits of the SHA-256 of `text`.
+fn digest(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(text.as_bytes())[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The node's data volume claim: `data`, read-write by one node, of the
+/// asked size and class. Its PVC is `data-<pod>`.
+fn claim(p: &m::Persistence) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(DATA_VOLUME.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(p.size.clone()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            storage_class_name: p.storage_class_name.clone(),
+            volume_mode: Some("Filesystem".into()),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The data volume's name (and the claim template's).
+pub const DATA_VOLUME: &str = "data";
 
 /// The server container: the guest's image and command, the node's client
 /// and bus ports, a TCP readiness probe, no privileges.
@@ -149,23 +212,24 @@ fn volumes(cluster: &str, node: &m::Node, w: &m::Workload) -> (Vec<Volume>, Vec<
     };
     let mut mounts = vec![
         mount("config", paths::CONFIG_DIR, true),
-        mount("data", paths::DATA_DIR, false),
+        mount(DATA_VOLUME, paths::DATA_DIR, false),
     ];
-    let mut volumes = vec![
-        Volume {
-            name: "config".into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: node.name.clone(),
-                ..ConfigMapVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        Volume {
-            name: "data".into(),
+    let mut volumes = vec![Volume {
+        name: "config".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: node.name.clone(),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    // With persistence the data volume is the claim template's.
+    if w.persistence.is_none() {
+        volumes.push(Volume {
+            name: DATA_VOLUME.into(),
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Volume::default()
-        },
-    ];
+        });
+    }
     let secret = |name: &str, secret: String, items: Option<Vec<KeyToPath>>| Volume {
         name: name.into(),
         secret: Some(SecretVolumeSource {

@@ -47,7 +47,7 @@ impl Changes {
 }
 
 /// Applies `objects` in order (shard Services, then each node's ConfigMap,
-/// headless Service and StatefulSet).
+/// headless Service and StatefulSet, then the PodDisruptionBudget).
 pub async fn run(ctx: &Context, vc: &ValkeyCluster, objects: &Objects) -> Result<Changes, Error> {
     let mut changes = Changes::default();
     let caches = &ctx.caches;
@@ -79,6 +79,10 @@ pub async fn run(ctx: &Context, vc: &ValkeyCluster, objects: &Objects) -> Result
             &mut changes,
         )
         .await?;
+    }
+    if let Some(pdb) = &objects.disruption_budget {
+        let cache = &caches.disruption_budgets;
+        one(ctx, cache, pdb, "poddisruptionbudgets", &mut changes).await?;
     }
     if !changes.created.is_empty() {
         let note = events::summary("created", &changes.created);

@@ -1,10 +1,15 @@
 //! Events about a cluster: one per reconcile and kind of change, never one
 //! per object.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use kube::Resource;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
 use shardgate_contract::model::{Desired, Severity};
 use shardgate_k8s::crd::ValkeyCluster;
+pub use shardgate_k8s::events::EventType;
+use shardgate_k8s::events::Note;
 use tracing::warn;
 
 use crate::context::Context;
@@ -18,17 +23,56 @@ pub async fn publish(
     action: &str,
     note: String,
 ) {
-    let ev = Event {
+    let ev = Note {
         type_,
         reason: reason.into(),
-        note: Some(note),
+        note,
         action: action.into(),
-        secondary: None,
     };
     if let Err(e) = ctx.recorder.publish(&ev, &vc.object_ref(&())).await {
         warn!(error = %e, "could not record an event");
     } else {
         ctx.metrics.write("create", "events");
+    }
+}
+
+/// What was last said about each cluster, by reason: an Event whose reason
+/// and message are what was last said is not sent again while that holds.
+#[derive(Debug, Default)]
+pub struct Said(Mutex<HashMap<(ObjectRef<ValkeyCluster>, String), String>>);
+
+impl Said {
+    /// Whether `message` is news for `obj` under `reason`; remembers it.
+    pub fn news(&self, obj: &ObjectRef<ValkeyCluster>, reason: &str, message: &str) -> bool {
+        let mut said = self.0.lock().unwrap();
+        let key = (obj.clone(), reason.to_string());
+        if said.get(&key).is_some_and(|m| m == message) {
+            return false;
+        }
+        said.insert(key, message.to_string());
+        true
+    }
+
+    /// `reason` no longer holds for `obj`: the next message under it is news.
+    pub fn clear(&self, obj: &ObjectRef<ValkeyCluster>, reason: &str) {
+        self.0
+            .lock()
+            .unwrap()
+            .remove(&(obj.clone(), reason.to_string()));
+    }
+}
+
+/// Records a Warning Event about `vc` unless the same reason and message
+/// was the last thing said and still holds.
+pub async fn warn_once(
+    ctx: &Context,
+    vc: &ValkeyCluster,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    if ctx.said.news(&ObjectRef::from_obj(vc), reason, &note) {
+        publish(ctx, vc, EventType::Warning, reason, action, note).await;
     }
 }
 
@@ -97,6 +141,29 @@ mod tests {
             ),
         ] {
             assert_eq!(summary("created", &names(n)), want);
+        }
+    }
+
+    #[test]
+    fn a_message_is_said_once_while_it_holds() {
+        let said = Said::default();
+        let a = ObjectRef::<ValkeyCluster>::new("a").within("ns");
+        let b = ObjectRef::<ValkeyCluster>::new("b").within("ns");
+        // (object, reason, message, clear before) => news
+        let steps = [
+            (&a, "ReconcileFailed", "x", false, true),
+            (&a, "ReconcileFailed", "x", false, false),
+            (&b, "ReconcileFailed", "x", false, true),
+            (&a, "InvalidSpec", "x", false, true),
+            (&a, "ReconcileFailed", "y", false, true),
+            (&a, "ReconcileFailed", "x", false, true),
+            (&a, "ReconcileFailed", "x", true, true),
+        ];
+        for (i, (obj, reason, message, clear, want)) in steps.into_iter().enumerate() {
+            if clear {
+                said.clear(obj, reason);
+            }
+            assert_eq!(said.news(obj, reason, message), want, "step {i}");
         }
     }
 

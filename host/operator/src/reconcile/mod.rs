@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use shardgate_k8s::convert;
 use shardgate_k8s::crd::ValkeyCluster;
@@ -37,6 +36,7 @@ use shardgate_k8s::status::{Outcome, Progress};
 use tracing::{info, warn};
 
 pub use error::Error;
+pub use events::Said;
 
 use crate::context::Context;
 
@@ -67,11 +67,27 @@ pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Acti
     ctx.metrics
         .reconcile_seconds
         .observe(started.elapsed().as_secs_f64());
-    if result.is_ok() {
-        ctx.succeeded(&ObjectRef::from_obj(vc.as_ref()));
+    let obj = ObjectRef::from_obj(vc.as_ref());
+    match &result {
+        Ok(_) => {
+            ctx.succeeded(&obj);
+            ctx.said.clear(&obj, FAILED);
+        }
+        Err(e) => {
+            // Every reconcile ends with the status saying how it went.
+            let outcome = Outcome::Failed {
+                message: e.to_string(),
+            };
+            if let Err(e) = status::publish(&vc, &ctx, &outcome).await {
+                warn!(error = %e, "could not write the failure to status");
+            }
+        }
     }
     result
 }
+
+/// The reason of the Event and condition of a reconcile that failed.
+const FAILED: &str = "ReconcileFailed";
 
 /// Requeue with backoff, and say why.
 pub fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> Action {
@@ -80,8 +96,7 @@ pub fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> A
     warn!(cluster = %vc.name_any(), error = %err, retry_in = ?delay, "reconcile failed");
     let message = err.to_string();
     tokio::spawn(async move {
-        let (type_, reason) = (EventType::Warning, "ReconcileFailed");
-        events::publish(&ctx, &vc, type_, reason, "Reconcile", message).await;
+        events::warn_once(&ctx, &vc, FAILED, "Reconcile", message).await;
     });
     Action::requeue(delay)
 }
@@ -110,10 +125,13 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     let reshaped = reshape::run(ctx, vc, &snapshot, nodes.as_mut(), &desired, &acl_marker).await?;
     let deleted = prune::run(ctx, vc, &snapshot, &objects, reshaped.announce_spreading).await?;
     let changed = applied.changed + deleted;
+    ctx.said.clear(&ObjectRef::from_obj(vc), "InvalidSpec");
     let progress = Progress {
         changed,
         ready_nodes: snapshot.ready_nodes(&desired.nodes),
         wanted_nodes: desired.nodes.len(),
+        shards: vc.spec.shards.max(0) as usize,
+        ready_shards: snapshot.ready_shards(&desired.nodes, vc.spec.shards.max(0) as u32),
         formation: nodes.is_some().then(|| (&desired.topology).into()),
         announce_spreading: reshaped.announce_spreading,
         acl_pending: reshaped.acl_waiting,
@@ -138,7 +156,7 @@ fn next_look(outcome: &Outcome<'_>, reshaped: reshape::Reshaped, pending: bool) 
         Outcome::Reconciled { progress, .. } => {
             progress.formation.as_ref().is_some_and(|f| !f.formed)
         }
-        Outcome::Refused { .. } => false,
+        Outcome::Refused { .. } | Outcome::Failed { .. } => false,
     };
     if forming || reshaped.steps > 0 || reshaped.announce_spreading || reshaped.acl_waiting > 0 {
         TOPOLOGY_RECHECK

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::core::NamespaceResourceScope;
 use kube::runtime::events::EventType;
@@ -28,6 +29,8 @@ struct Keep {
     services: BTreeSet<String>,
     /// The nodes' StatefulSets and ConfigMaps (they share the node's name).
     nodes: BTreeSet<String>,
+    /// The PodDisruptionBudget, if wanted.
+    disruption_budgets: BTreeSet<String>,
 }
 
 fn keep(objects: &Objects) -> Keep {
@@ -42,6 +45,11 @@ fn keep(objects: &Objects) -> Keep {
             .nodes
             .iter()
             .map(|n| n.stateful_set.name_any())
+            .collect(),
+        disruption_budgets: objects
+            .disruption_budget
+            .iter()
+            .map(|p| p.name_any())
             .collect(),
     }
 }
@@ -78,6 +86,13 @@ pub async fn run(
         &snapshot.config_maps,
         "configmaps",
         &keep.nodes,
+        &mut deleted,
+    )
+    .await?;
+    at.kind::<PodDisruptionBudget, _>(
+        &snapshot.disruption_budgets,
+        "poddisruptionbudgets",
+        &keep.disruption_budgets,
         &mut deleted,
     )
     .await?;
@@ -169,12 +184,19 @@ mod tests {
             let objects = Objects {
                 shard_services: shards.iter().map(|s| named(s)).collect(),
                 nodes: nodes.iter().map(|n| node(n)).collect(),
+                disruption_budget: (!nodes.is_empty()).then(|| named("shardgate-c")),
+            };
+            let disruption_budgets = if nodes.is_empty() {
+                set(&[])
+            } else {
+                set(&["shardgate-c"])
             };
             assert_eq!(
                 keep(&objects),
                 Keep {
                     services,
-                    nodes: node_names
+                    nodes: node_names,
+                    disruption_budgets,
                 }
             );
         }

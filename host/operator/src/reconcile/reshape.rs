@@ -52,6 +52,7 @@ pub async fn run(
     if settings > 0 {
         info!(settings, "announce settings changed live");
     }
+    set_config(ctx, nodes, &desired.live_settings).await?;
     let announce_spreading = !nodes.announce_settled().await?;
     let steps = &desired.topology.steps;
     for (i, step) in steps.iter().enumerate() {
@@ -68,6 +69,41 @@ pub async fn run(
         announce_spreading,
         acl_waiting: acl.waiting,
     })
+}
+
+/// Sets the live `spec.config` settings on every node not yet given them
+/// (by node ID: a restarted node read them from its config file).
+async fn set_config(
+    ctx: &Context,
+    nodes: &mut Nodes,
+    settings: &[(String, String)],
+) -> Result<(), Error> {
+    if settings.is_empty() {
+        return Ok(());
+    }
+    let wanted = canonical(settings);
+    let done: std::collections::HashSet<String> = {
+        let given = ctx.settings_set.lock().unwrap();
+        nodes
+            .ids()
+            .filter(|id| given.get(*id) == Some(&wanted))
+            .map(String::from)
+            .collect()
+    };
+    let set = nodes.set_config(settings, |id| done.contains(id)).await?;
+    if !set.is_empty() {
+        info!(nodes = set.len(), "config settings changed live");
+        let mut given = ctx.settings_set.lock().unwrap();
+        for id in set {
+            given.insert(id, wanted.clone());
+        }
+    }
+    Ok(())
+}
+
+/// Settings as one comparable text.
+fn canonical(settings: &[(String, String)]) -> String {
+    settings.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
 }
 
 /// Deletes node `at`'s Pod so its StatefulSet recreates it from the

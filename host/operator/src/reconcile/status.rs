@@ -7,7 +7,6 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use shardgate_contract::model::Violation;
@@ -78,15 +77,7 @@ pub async fn refuse(
         .join("; ");
     warn!(%message, "spec refused; nothing applied");
     ctx.metrics.error("InvalidSpec");
-    events::publish(
-        ctx,
-        vc,
-        EventType::Warning,
-        "InvalidSpec",
-        "Validate",
-        message.clone(),
-    )
-    .await;
+    events::warn_once(ctx, vc, "InvalidSpec", "Validate", message.clone()).await;
     publish(vc, ctx, &Outcome::Refused { message }).await?;
     Ok(recheck.map_or_else(Action::await_change, Action::requeue))
 }

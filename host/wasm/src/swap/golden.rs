@@ -88,6 +88,9 @@ fn cluster(name: &str, shards: i32, replicas: i32, external: Option<ExternalAcce
         tls: None,
         external_access: external,
         users: Vec::new(),
+        config: vec![("maxmemory".into(), "100mb".into())],
+        persistence: None,
+        disruption_budget: true,
     }
 }
 
@@ -140,6 +143,7 @@ impl Golden {
                     migrating: false,
                     synced: false,
                     cluster_ok: false,
+                    version: "9.0.1".into(),
                 })
             })
             .collect();
