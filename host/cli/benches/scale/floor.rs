@@ -34,6 +34,7 @@ use axum::response::Response;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, WatchEvent, WatchParams};
 use kube_emulator::Emulator;
 use serde::de::{DeserializeOwned, IgnoredAny};
@@ -57,7 +58,7 @@ struct Resource {
     watched: bool,
 }
 
-const RESOURCES: [Resource; 7] = [
+const RESOURCES: [Resource; 8] = [
     Resource {
         plural: "services",
         prefix: "api/v1",
@@ -80,6 +81,12 @@ const RESOURCES: [Resource; 7] = [
         plural: "pods",
         prefix: "api/v1",
         key: "pods",
+        watched: true,
+    },
+    Resource {
+        plural: "poddisruptionbudgets",
+        prefix: "apis/policy/v1",
+        key: "poddisruptionbudgets.policy",
         watched: true,
     },
     Resource {
@@ -412,6 +419,10 @@ pub async fn run(
             expected("valkeyclusters"),
         )),
     );
+    let budgets = tokio::spawn(decode::<PodDisruptionBudget>(
+        client.clone(),
+        expected("poddisruptionbudgets"),
+    ));
     // The controllers' events, serialised by the server as it goes.
     let extras = server_runtime.spawn({
         let server = server.clone();
@@ -463,7 +474,7 @@ pub async fn run(
     }
     extras.await?;
     let (s, c, t, p, v) = watchers.await?;
-    let decoded = s? + c? + t? + p? + v?;
+    let decoded = s? + c? + t? + p? + v? + budgets.await??;
     let floor = Floor {
         writes: total_writes,
         events: decoded,
