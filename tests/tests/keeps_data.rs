@@ -211,6 +211,33 @@ async fn a_persistent_cluster_keeps_every_key_when_every_pod_is_deleted() {
             .collect()
     };
     assert_eq!(uids(&claims), uids(&after));
+
+    // With its data on a volume, a primary without a replica is rolled
+    // for a template change: one at a time, each told in an Event.
+    let before = sandbox.kubelet().pids();
+    sandbox
+        .patch_spec(json!({"image": "valkey/valkey:9.1.2-alt"}))
+        .await
+        .unwrap();
+    eventually("every pod to be rolled", || async {
+        let now = sandbox.kubelet().pids();
+        before
+            .iter()
+            .all(|(pod, pid)| now.get(pod).is_some_and(|p| p != pid))
+    })
+    .await;
+    let ready = sandbox.wait_ready(READY).await.unwrap();
+    let conn = cluster_client(&seed(&ready.endpoints[0]), Some(&login)).await;
+    assert_eq!(
+        read_keys(&conn, "persist").await,
+        shardgate_tests::valkey::KEYS
+    );
+    let told = harness::events(sandbox.emulator(), "ShardUnavailable");
+    let times: u64 = told
+        .iter()
+        .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+        .sum();
+    assert_eq!(times, 3, "each primary's restart is told: {told:?}");
     sandbox.shutdown().await;
 }
 

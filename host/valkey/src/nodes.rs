@@ -82,6 +82,13 @@ impl Nodes {
         Nodes { nodes }
     }
 
+    /// Whether node `at` answered and serves slots (a primary).
+    pub fn serves(&self, at: NodeRef) -> bool {
+        self.nodes
+            .get(&(at.shard, at.node))
+            .is_some_and(|a| !a.facts.slots.is_empty())
+    }
+
     /// The IDs of the nodes that answered.
     pub fn ids(&self) -> impl Iterator<Item = &str> {
         self.nodes.values().map(|a| a.facts.id.as_str())

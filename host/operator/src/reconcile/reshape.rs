@@ -57,7 +57,27 @@ pub async fn run(
     let steps = &desired.topology.steps;
     for (i, step) in steps.iter().enumerate() {
         match step {
-            Step::Restart(at) => restart(ctx, vc, snapshot, *at).await?,
+            Step::Restart(at) => {
+                if nodes.serves(*at) {
+                    // Only a persistent cluster's plan restarts a primary
+                    // that has no replica to hand over to.
+                    let note = format!(
+                        "shard {} is briefly unavailable: its primary (node {}) restarts to \
+                         change, with no replica to take over; its data is on its volume",
+                        at.shard, at.node
+                    );
+                    events::publish(
+                        ctx,
+                        vc,
+                        EventType::Warning,
+                        "ShardUnavailable",
+                        "Restart",
+                        note,
+                    )
+                    .await;
+                }
+                restart(ctx, vc, snapshot, *at).await?
+            }
             _ => nodes.run_step(i, step).await?,
         }
     }
