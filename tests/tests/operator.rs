@@ -534,3 +534,63 @@ async fn repairs_fields_someone_else_changed_or_removed() {
     assert_eq!(emu.total_writes(), 0, "{:?}", emu.write_counts());
     op.stop().await;
 }
+
+/// A reconcile that fails after the cluster was Ready says so in status
+/// (`Ready=False`, `Degraded=True`, state `Degraded`), sends its Warning
+/// once however often it is retried, and the per-cluster metrics follow;
+/// once the fault clears, the cluster is Ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_reconcile_is_told_in_status_once_and_metrics() {
+    let emu = emulator().await;
+    let op = Operator::start(&emu, "solo").await;
+    create(&emu, cluster("demo", 2, 0, nodeport())).await;
+    eventually(&emu, "2x0 converged", |e| converged(e, "demo")).await;
+    assert_eq!(status(&emu, "demo")["state"], "Ready");
+    assert_eq!(status(&emu, "demo")["readyShards"], 2);
+    let state_metric = |state: &str| {
+        shardgate_tests::harness::metric_sum(
+            &op.metrics,
+            &format!(
+                "shardgate_cluster_state{{namespace=\"{NS}\",cluster=\"demo\",state=\"{state}\"}}"
+            ),
+        )
+    };
+    assert_eq!(state_metric("Ready"), 1);
+
+    emu.inject(
+        Fault::internal_error()
+            .verb(Verb::Apply)
+            .resource("statefulsets"),
+    );
+    patch_spec(&emu, "demo", json!({"shards": 3})).await;
+    eventually(&emu, "the failure in status", |e| {
+        condition(e, "demo", "Degraded").is_some_and(|(s, r)| s == "True" && r == "ReconcileFailed")
+    })
+    .await;
+    assert_eq!(
+        condition(&emu, "demo", "Ready").unwrap(),
+        ("False".to_string(), "ReconcileFailed".to_string())
+    );
+    assert_eq!(status(&emu, "demo")["state"], "Degraded");
+    eventually(&emu, "the state metric", |_| state_metric("Degraded") == 1).await;
+    // Retried with backoff, but told once.
+    let retried = op.reconciles();
+    eventually(&emu, "several retries", |_| op.reconciles() >= retried + 3).await;
+    let failed = events(&emu, "ReconcileFailed");
+    let times: u64 = failed
+        .iter()
+        .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+        .sum();
+    assert_eq!(
+        times, 1,
+        "one Warning while the same failure holds: {failed:?}"
+    );
+
+    emu.clear_faults();
+    eventually(&emu, "3x0 converged", |e| converged(e, "demo")).await;
+    assert_eq!(status(&emu, "demo")["state"], "Ready");
+    assert_eq!(status(&emu, "demo")["shards"], 3);
+    assert_eq!(state_metric("Ready"), 1);
+    assert_eq!(state_metric("Degraded"), 0);
+    op.stop().await;
+}

@@ -121,6 +121,21 @@ pub(crate) async fn controller(
         }
     });
 
+    // A deleted cluster's metrics go with it.
+    let sweep = tokio::spawn({
+        let ctx = ctx.clone();
+        async move {
+            let mut every = tokio::time::interval(METRICS_SWEEP);
+            loop {
+                every.tick().await;
+                ctx.metrics.retain_clusters(|c| {
+                    let key = ObjectRef::<ValkeyCluster>::new(&c.cluster).within(&c.namespace);
+                    ctx.clusters.get(&key).is_some()
+                });
+            }
+        }
+    });
+
     info!(namespace = ns.unwrap_or("<all>"), "controller starting");
     // Re-reconcile everything on request and after every module swap or
     // rollback.
@@ -158,9 +173,13 @@ pub(crate) async fn controller(
         })
         .boxed()
         .await;
+    sweep.abort();
     info!("controller stopped");
     Ok(())
 }
+
+/// How often the series of deleted clusters are removed from the metrics.
+const METRICS_SWEEP: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A cluster to reconcile, carried from a watch of owned objects to the
 /// controller as that cluster's name and namespace.

@@ -1,6 +1,8 @@
 //! Prometheus metrics: reconciles, their duration and errors, API writes by
-//! verb and resource, and guest call time.
+//! verb and resource, guest call time, and per cluster its state, shards,
+//! ready shards, failovers and slot migrations.
 
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -37,6 +39,24 @@ pub struct ErrorLabels {
     pub reason: &'static str,
 }
 
+/// The per-cluster metrics' labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub namespace: String,
+    pub cluster: String,
+}
+
+/// `shardgate_cluster_state`'s labels: the cluster and one state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub namespace: String,
+    pub cluster: String,
+    pub state: &'static str,
+}
+
+/// Every value of `status.state`, as `shardgate_cluster_state` labels it.
+pub const STATES: [&str; 5] = ["Initializing", "Reconciling", "Ready", "Degraded", "Failed"];
+
 /// The operator's Prometheus metrics, all registered under the `shardgate`
 /// prefix.
 pub struct Metrics {
@@ -51,6 +71,16 @@ pub struct Metrics {
     /// Candidate modules by `result`: `accepted` or `rejected`.
     pub module_swaps: Family<SwapLabels, Counter>,
     pub module_rollbacks: Counter,
+    /// 1 for each cluster's current state, 0 for the others.
+    pub cluster_state: Family<StateLabels, Gauge>,
+    pub cluster_shards: Family<ClusterLabels, Gauge>,
+    pub cluster_ready_shards: Family<ClusterLabels, Gauge>,
+    /// `CLUSTER FAILOVER`s the operator ran.
+    pub cluster_failovers: Family<ClusterLabels, Counter>,
+    /// Slot migrations the operator started.
+    pub cluster_slot_migrations: Family<ClusterLabels, Counter>,
+    /// The clusters that have series, so a deleted one's can go.
+    clusters: Mutex<BTreeSet<ClusterLabels>>,
 }
 
 impl Default for Metrics {
@@ -100,8 +130,44 @@ impl Default for Metrics {
             "Rollbacks to the previous reconcile module after repeated reconcile-time failures",
             module_rollbacks.clone(),
         );
+        let cluster_state = Family::<StateLabels, Gauge>::default();
+        let cluster_shards = Family::<ClusterLabels, Gauge>::default();
+        let cluster_ready_shards = Family::<ClusterLabels, Gauge>::default();
+        let cluster_failovers = Family::<ClusterLabels, Counter>::default();
+        let cluster_slot_migrations = Family::<ClusterLabels, Counter>::default();
+        registry.register(
+            "cluster_state",
+            "Each cluster's status.state: 1 for the current one, 0 for the others",
+            cluster_state.clone(),
+        );
+        registry.register(
+            "cluster_shards",
+            "Shards in each cluster's spec",
+            cluster_shards.clone(),
+        );
+        registry.register(
+            "cluster_ready_shards",
+            "Shards of each cluster whose every node is ready",
+            cluster_ready_shards.clone(),
+        );
+        registry.register(
+            "cluster_failovers",
+            "CLUSTER FAILOVERs the operator ran (a departing or restarting primary handing over)",
+            cluster_failovers.clone(),
+        );
+        registry.register(
+            "cluster_slot_migrations",
+            "Slot migrations the operator started (shard scale-out and scale-in)",
+            cluster_slot_migrations.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
+            cluster_state,
+            cluster_shards,
+            cluster_ready_shards,
+            cluster_failovers,
+            cluster_slot_migrations,
+            clusters: Mutex::new(BTreeSet::new()),
             module_info,
             module_swaps,
             module_rollbacks,
@@ -152,6 +218,62 @@ impl Metrics {
             .inc();
     }
 
+    /// Sets a cluster's state, shards and ready shards from its status.
+    pub fn cluster_status(
+        &self,
+        cluster: &ClusterLabels,
+        state: &str,
+        shards: Option<i32>,
+        ready_shards: Option<i32>,
+    ) {
+        self.clusters.lock().unwrap().insert(cluster.clone());
+        for s in STATES {
+            self.cluster_state
+                .get_or_create(&state_labels(cluster, s))
+                .set(i64::from(s == state));
+        }
+        if let Some(n) = shards {
+            self.cluster_shards.get_or_create(cluster).set(n.into());
+        }
+        if let Some(n) = ready_shards {
+            self.cluster_ready_shards
+                .get_or_create(cluster)
+                .set(n.into());
+        }
+    }
+
+    /// Counts what a topology plan ran on a cluster.
+    pub fn cluster_steps(&self, cluster: &ClusterLabels, failovers: u64, migrations: u64) {
+        if failovers + migrations == 0 {
+            return;
+        }
+        self.clusters.lock().unwrap().insert(cluster.clone());
+        self.cluster_failovers
+            .get_or_create(cluster)
+            .inc_by(failovers);
+        self.cluster_slot_migrations
+            .get_or_create(cluster)
+            .inc_by(migrations);
+    }
+
+    /// Removes the series of every cluster `exists` denies (deleted ones).
+    pub fn retain_clusters(&self, exists: impl Fn(&ClusterLabels) -> bool) {
+        let mut clusters = self.clusters.lock().unwrap();
+        clusters.retain(|c| {
+            if exists(c) {
+                return true;
+            }
+            for s in STATES {
+                self.cluster_state.remove(&state_labels(c, s));
+            }
+            self.cluster_shards.remove(c);
+            self.cluster_ready_shards.remove(c);
+            self.cluster_failovers.remove(c);
+            self.cluster_slot_migrations.remove(c);
+            false
+        });
+    }
+
     /// Records the time one call into the reconcile module took.
     pub fn observe_guest(&self, d: Duration) {
         self.guest_seconds.observe(d.as_secs_f64());
@@ -174,5 +296,45 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &registry)
             .expect("encoding to a String");
         out
+    }
+}
+
+fn state_labels(c: &ClusterLabels, state: &'static str) -> StateLabels {
+    StateLabels {
+        namespace: c.namespace.clone(),
+        cluster: c.cluster.clone(),
+        state,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_s_series_follow_its_status_and_go_with_it() {
+        let m = Metrics::default();
+        let c = ClusterLabels {
+            namespace: "ns".into(),
+            cluster: "orders".into(),
+        };
+        m.cluster_status(&c, "Reconciling", Some(3), Some(1));
+        m.cluster_status(&c, "Ready", Some(3), Some(3));
+        m.cluster_steps(&c, 1, 2);
+        let text = m.encode();
+        for line in [
+            r#"shardgate_cluster_state{namespace="ns",cluster="orders",state="Ready"} 1"#,
+            r#"shardgate_cluster_state{namespace="ns",cluster="orders",state="Reconciling"} 0"#,
+            r#"shardgate_cluster_shards{namespace="ns",cluster="orders"} 3"#,
+            r#"shardgate_cluster_ready_shards{namespace="ns",cluster="orders"} 3"#,
+            r#"shardgate_cluster_failovers_total{namespace="ns",cluster="orders"} 1"#,
+            r#"shardgate_cluster_slot_migrations_total{namespace="ns",cluster="orders"} 2"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        m.retain_clusters(|_| true);
+        assert!(m.encode().contains("cluster=\"orders\""));
+        m.retain_clusters(|_| false);
+        assert!(!m.encode().contains("cluster=\"orders\""), "{}", m.encode());
     }
 }

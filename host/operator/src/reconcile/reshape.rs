@@ -81,6 +81,12 @@ pub async fn run(
             _ => nodes.run_step(i, step).await?,
         }
     }
+    let count = |f: fn(&Step) -> bool| steps.iter().filter(|s| f(s)).count() as u64;
+    ctx.metrics.cluster_steps(
+        &super::status::labels(vc),
+        count(|s| matches!(s, Step::Failover(_))),
+        count(|s| matches!(s, Step::Migrate(_))),
+    );
     if let Some(note) = note(steps) {
         events::publish(ctx, vc, EventType::Normal, "Topology", "Topology", note).await;
     }

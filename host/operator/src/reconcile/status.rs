@@ -17,6 +17,7 @@ use tracing::warn;
 
 use super::{Error, events};
 use crate::context::Context;
+use crate::metrics::ClusterLabels;
 
 /// Writes the status `outcome` gives, if it differs from the one `vc` has.
 pub async fn publish(
@@ -27,6 +28,9 @@ pub async fn publish(
     let previous = vc.status.clone().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let next = status::compute(outcome, Some(&previous), vc.metadata.generation, &now);
+    let state = next.state.map(|s| format!("{s:?}")).unwrap_or_default();
+    ctx.metrics
+        .cluster_status(&labels(vc), &state, next.shards, next.ready_shards);
     let write = write(&previous, &next);
     if write == Write::Nothing {
         return Ok(());
@@ -58,6 +62,14 @@ pub async fn publish(
         ctx.metrics.write("patch", "valkeyclusters/status");
     }
     Ok(())
+}
+
+/// The per-cluster metrics' labels for `vc`.
+pub fn labels(vc: &ValkeyCluster) -> ClusterLabels {
+    ClusterLabels {
+        namespace: vc.namespace().unwrap_or_default(),
+        cluster: vc.name_any(),
+    }
 }
 
 /// A spec the guest refuses: nothing is applied or deleted; the status and
