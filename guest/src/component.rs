@@ -81,6 +81,38 @@ fn cluster(c: w::Cluster) -> m::Cluster {
         config: c.config,
         persistence: c.persistence.map(persistence_in),
         disruption_budget: c.disruption_budget,
+        scheduling: m::Scheduling {
+            node: spread_set_in(c.scheduling.node),
+            zone: spread_set_in(c.scheduling.zone),
+        },
+    }
+}
+
+fn spread_set_in(s: w::SpreadSet) -> m::SpreadSet {
+    let strength = |s: w::Strength| match s {
+        w::Strength::Disabled => m::Strength::Disabled,
+        w::Strength::Preferred => m::Strength::Preferred,
+        w::Strength::Required => m::Strength::Required,
+    };
+    m::SpreadSet {
+        shard: strength(s.shard),
+        primaries: strength(s.primaries),
+        pods: strength(s.pods),
+    }
+}
+
+fn spread_out(s: m::Spread) -> w::Spread {
+    w::Spread {
+        axis: match s.axis {
+            m::Axis::Node => w::Axis::Node,
+            m::Axis::Zone => w::Axis::Zone,
+        },
+        scope: match s.scope {
+            m::Scope::Shard => w::Scope::Shard,
+            m::Scope::Primaries => w::Scope::Primaries,
+            m::Scope::Pods => w::Scope::Pods,
+        },
+        required: s.required,
     }
 }
 
@@ -321,6 +353,7 @@ fn desired(d: m::Desired) -> w::Desired {
             tls_secret: d.workload.tls_secret,
             persistence: d.workload.persistence.map(persistence_out),
             restart_settings: d.workload.restart_settings,
+            spreads: d.workload.spreads.into_iter().map(spread_out).collect(),
         },
         nodes: d
             .nodes

@@ -14,6 +14,7 @@ pub mod acl;
 pub mod announce;
 pub mod endpoints;
 pub mod layout;
+pub mod placement;
 pub mod server;
 pub mod services;
 pub mod settings;
@@ -188,6 +189,7 @@ fn workload(cluster: &Cluster, restart_settings: String) -> Workload {
         tls_secret: cluster.tls.clone(),
         persistence: cluster.persistence.clone(),
         restart_settings,
+        spreads: placement::spreads(&cluster.scheduling),
     }
 }
 

@@ -188,6 +188,9 @@ fn check_workload(cluster: &Cluster, out: &mut Findings) {
             );
         }
     }
+    for (field, message) in crate::placement::check(&cluster.scheduling) {
+        out.error(field, message);
+    }
     for (key, value) in &cluster.config {
         if let Some(why) = crate::settings::refusal(key, value) {
             out.error(format!("spec.config.{key}"), why);

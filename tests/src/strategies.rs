@@ -113,10 +113,20 @@ pub fn cluster() -> impl Strategy<Value = Cluster> {
             vec(setting(), 0..3),
             option::weighted(0.3, persistence()),
             any::<bool>(),
+            scheduling(),
         ),
     )
         .prop_map(
-            |(name, shards, replicas, image, tls, ea, users, (config, persistence, pdb))| Cluster {
+            |(
+                name,
+                shards,
+                replicas,
+                image,
+                tls,
+                ea,
+                users,
+                (config, persistence, pdb, scheduling),
+            )| Cluster {
                 name,
                 namespace: "default".into(),
                 shards,
@@ -129,8 +139,38 @@ pub fn cluster() -> impl Strategy<Value = Cluster> {
                 config,
                 persistence,
                 disruption_budget: pdb,
+                scheduling,
             },
         )
+}
+
+/// Spread shorthands: mostly the default (a shard's pods on different
+/// nodes where possible), sometimes any mix (some of them refused).
+fn scheduling() -> impl Strategy<Value = Scheduling> {
+    let strength = prop_oneof![
+        Just(Strength::Disabled),
+        Just(Strength::Preferred),
+        Just(Strength::Required)
+    ];
+    let set =
+        (strength.clone(), strength.clone(), strength).prop_map(|(shard, primaries, pods)| {
+            SpreadSet {
+                shard,
+                primaries,
+                pods,
+            }
+        });
+    let default = Scheduling {
+        node: SpreadSet {
+            shard: Strength::Preferred,
+            ..SpreadSet::default()
+        },
+        ..Scheduling::default()
+    };
+    prop_oneof![
+        3 => Just(default),
+        1 => (set.clone(), set).prop_map(|(node, zone)| Scheduling { node, zone }),
+    ]
 }
 
 /// A `spec.config` entry: mostly settings users may set, sometimes one the

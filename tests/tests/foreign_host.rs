@@ -13,7 +13,8 @@ bindgen!({
 });
 
 use self::shardgate::reconcile::types::{
-    Cluster, EndpointType, ExternalAccess, ServiceType, Severity, TrafficPolicy,
+    Cluster, EndpointType, ExternalAccess, Scheduling, ServiceType, Severity, SpreadSet, Strength,
+    TrafficPolicy,
 };
 
 struct Host {
@@ -52,6 +53,18 @@ fn cluster(domain: Option<&str>) -> Cluster {
         config: vec![("maxmemory".into(), "100mb".into())],
         persistence: None,
         disruption_budget: true,
+        scheduling: Scheduling {
+            node: SpreadSet {
+                shard: Strength::Preferred,
+                primaries: Strength::Disabled,
+                pods: Strength::Disabled,
+            },
+            zone: SpreadSet {
+                shard: Strength::Disabled,
+                primaries: Strength::Disabled,
+                pods: Strength::Disabled,
+            },
+        },
     }
 }
 

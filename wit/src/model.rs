@@ -232,6 +232,102 @@ pub struct Persistence {
     pub reclaim_policy: ReclaimPolicy,
 }
 
+/// How strongly pods are spread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
+#[repr(u8)]
+pub enum Strength {
+    #[default]
+    #[cfg_attr(feature = "wasmtime", component(name = "disabled"))]
+    Disabled,
+    #[cfg_attr(feature = "wasmtime", component(name = "preferred"))]
+    Preferred,
+    #[cfg_attr(feature = "wasmtime", component(name = "required"))]
+    Required,
+}
+
+/// `spec.scheduling.node` or `.zone`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct SpreadSet {
+    pub shard: Strength,
+    pub primaries: Strength,
+    pub pods: Strength,
+}
+
+/// `spec.scheduling`'s spread shorthands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Scheduling {
+    pub node: SpreadSet,
+    pub zone: SpreadSet,
+}
+
+/// Which axis a spread keeps pods apart on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
+#[repr(u8)]
+pub enum Axis {
+    #[default]
+    #[cfg_attr(feature = "wasmtime", component(name = "node"))]
+    Node,
+    #[cfg_attr(feature = "wasmtime", component(name = "zone"))]
+    Zone,
+}
+
+/// Which pods a spread keeps apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
+#[repr(u8)]
+pub enum Scope {
+    #[default]
+    #[cfg_attr(feature = "wasmtime", component(name = "shard"))]
+    Shard,
+    #[cfg_attr(feature = "wasmtime", component(name = "primaries"))]
+    Primaries,
+    #[cfg_attr(feature = "wasmtime", component(name = "pods"))]
+    Pods,
+}
+
+/// One spread for the host to render.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Spread {
+    pub axis: Axis,
+    pub scope: Scope,
+    pub required: bool,
+}
+
 /// A ValkeyCluster: `metadata.name`, `metadata.namespace` and `spec`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -258,6 +354,8 @@ pub struct Cluster {
     /// `spec.podDisruptionBudget.mode` is `Cluster`.
     #[cfg_attr(feature = "wasmtime", component(name = "disruption-budget"))]
     pub disruption_budget: bool,
+    /// The spread shorthands, the host's default filled in.
+    pub scheduling: Scheduling,
 }
 
 /// One load-balancer ingress point of a shard Service.
@@ -552,6 +650,8 @@ pub struct Workload {
     /// puts their digest on the pod template.
     #[cfg_attr(feature = "wasmtime", component(name = "restart-settings"))]
     pub restart_settings: String,
+    /// The spreads to render on each pod.
+    pub spreads: Vec<Spread>,
 }
 
 /// One node: `<cluster>-<shard>-<node>`. The host derives from it a

@@ -78,6 +78,7 @@ impl Snapshot {
                 config: BTreeMap::new(),
                 persistence: None,
                 pod_disruption_budget: None,
+                scheduling: None,
             },
         );
         vc.metadata.namespace = Some(NAMESPACE.into());

@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{
+    Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
@@ -82,6 +84,88 @@ pub struct ValkeyClusterSpec {
     /// takes at most one node of the cluster at a time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_disruption_budget: Option<PodDisruptionBudgetSpec>,
+    /// Where the pods may run and how they are spread. Default: a shard's
+    /// pods on different Kubernetes nodes where possible (`node.shard:
+    /// Preferred`). A change reaches each pod when it next restarts; the
+    /// operator rolls the pods one at a time for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<SchedulingSpec>,
+}
+
+/// `spec.scheduling`, in upstream valkey-operator's shape.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingSpec {
+    /// Copied onto every pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Copied onto every pod.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Copied onto every pod; the spreads below are added to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Copied onto every pod; the spreads below are added to them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Spreads across Kubernetes nodes (`kubernetes.io/hostname`). Default,
+    /// when `node` is absent: `shard: Preferred`; a `node` that is given
+    /// starts from all `Disabled`.
+    #[serde(default = "default_node_spread")]
+    pub node: SpreadSpec,
+    /// Spreads across zones (`topology.kubernetes.io/zone`).
+    #[serde(default)]
+    pub zone: SpreadSpec,
+}
+
+impl Default for SchedulingSpec {
+    /// As an absent `spec.scheduling` reads: `node.shard: Preferred`.
+    fn default() -> Self {
+        SchedulingSpec {
+            tolerations: Vec::new(),
+            node_selector: BTreeMap::new(),
+            affinity: None,
+            topology_spread_constraints: Vec::new(),
+            priority_class_name: None,
+            node: default_node_spread(),
+            zone: SpreadSpec::default(),
+        }
+    }
+}
+
+fn default_node_spread() -> SpreadSpec {
+    SpreadSpec {
+        shard: Strength::Preferred,
+        ..SpreadSpec::default()
+    }
+}
+
+/// Which pods to keep apart on one axis. Two of one strength on an axis
+/// are refused.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadSpec {
+    /// A shard's pods apart from each other.
+    #[serde(default)]
+    pub shard: Strength,
+    /// The node-index-0 pods (each shard's first primary) apart.
+    #[serde(default)]
+    pub primaries: Strength,
+    /// Every pod of the cluster apart.
+    #[serde(default)]
+    pub pods: Strength,
+}
+
+/// How strongly to spread: not at all, where possible, or always (a pod
+/// that cannot be placed so stays Pending).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Strength {
+    #[default]
+    Disabled,
+    Preferred,
+    Required,
 }
 
 /// `spec.persistence`, in upstream valkey-operator's shape.

@@ -21,6 +21,7 @@ fn cluster(
             config: Default::default(),
             persistence: None,
             pod_disruption_budget: None,
+            scheduling: None,
         },
     );
     vc.metadata.namespace = Some("default".into());

@@ -15,7 +15,8 @@ use shardgate_contract::model::{self as m, Input, Pair};
 use shardgate_contract::{labels, names};
 
 use crate::crd::{
-    DisruptionBudgetMode, EndpointType, ReclaimPolicy, ServiceType, TrafficPolicy, ValkeyCluster,
+    DisruptionBudgetMode, EndpointType, ReclaimPolicy, ServiceType, SpreadSpec, Strength,
+    TrafficPolicy, ValkeyCluster,
 };
 
 /// The guest's view of a cluster's spec.
@@ -78,6 +79,26 @@ pub fn cluster(vc: &ValkeyCluster) -> m::Cluster {
             .pod_disruption_budget
             .as_ref()
             .is_none_or(|p| p.mode == DisruptionBudgetMode::Cluster),
+        scheduling: {
+            let s = spec.scheduling.clone().unwrap_or_default();
+            m::Scheduling {
+                node: spread_set(&s.node),
+                zone: spread_set(&s.zone),
+            }
+        },
+    }
+}
+
+fn spread_set(s: &SpreadSpec) -> m::SpreadSet {
+    let strength = |s: Strength| match s {
+        Strength::Disabled => m::Strength::Disabled,
+        Strength::Preferred => m::Strength::Preferred,
+        Strength::Required => m::Strength::Required,
+    };
+    m::SpreadSet {
+        shard: strength(s.shard),
+        primaries: strength(s.primaries),
+        pods: strength(s.pods),
     }
 }
 

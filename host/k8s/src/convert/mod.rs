@@ -1,9 +1,10 @@
 //! Conversion between Kubernetes objects and the reconcile contract: the
 //! only place that knows both shapes. [`input`] goes into the guest,
-//! [`objects`] and [`workload`] come out of it.
+//! [`objects`], [`workload`] and [`placement`] come out of it.
 
 pub mod input;
 pub mod objects;
+pub mod placement;
 pub mod workload;
 
 pub use input::{

@@ -16,7 +16,7 @@ use shardgate_contract::model::{self as m, Desired};
 use shardgate_contract::{labels, names};
 
 use super::workload::{self, BUS_PORT_NAME};
-use crate::crd::ValkeyCluster;
+use crate::crd::{SchedulingSpec, ValkeyCluster};
 
 /// The ConfigMap key holding `valkey.conf`.
 pub const CONFIG_KEY: &str = "valkey.conf";
@@ -82,7 +82,7 @@ pub fn objects(vc: &ValkeyCluster, desired: &Desired) -> Objects {
         nodes: desired
             .nodes
             .iter()
-            .map(|n| node_objects(&owned, n, &desired.workload))
+            .map(|n| node_objects(&owned, n, &desired.workload, vc.spec.scheduling.as_ref()))
             .collect(),
         disruption_budget: desired
             .disruption_budget
@@ -218,7 +218,12 @@ fn shard_service(
     }
 }
 
-fn node_objects(owned: &Owned, n: &m::Node, w: &m::Workload) -> NodeObjects {
+fn node_objects(
+    owned: &Owned,
+    n: &m::Node,
+    w: &m::Workload,
+    scheduling: Option<&SchedulingSpec>,
+) -> NodeObjects {
     let labels = owned.labels(n.shard, Some(n.node));
     let selector = owned.selector(n.shard, Some(n.node));
     NodeObjects {
@@ -248,6 +253,7 @@ fn node_objects(owned: &Owned, n: &m::Node, w: &m::Workload) -> NodeObjects {
             selector,
             n,
             w,
+            scheduling,
         ),
     }
 }

@@ -19,6 +19,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use shardgate_contract::model::{self as m, Pair};
+
+use super::placement;
+use crate::crd::SchedulingSpec;
 use shardgate_contract::{auth, names, paths};
 
 /// The server container's name.
@@ -31,7 +34,8 @@ const SECRET_FILE_MODE: i32 = 0o440;
 const VALKEY_UID: i64 = 999;
 
 /// Node `node`'s StatefulSet, its pods labelled `pod_labels` and selected
-/// by `selector`; `cluster` names the cluster's Secrets.
+/// by `selector`; `cluster` names the cluster's Secrets; `scheduling` is
+/// `spec.scheduling` as written.
 pub fn stateful_set(
     cluster: &str,
     metadata: ObjectMeta,
@@ -39,7 +43,9 @@ pub fn stateful_set(
     selector: BTreeMap<String, String>,
     node: &m::Node,
     w: &m::Workload,
+    scheduling: Option<&SchedulingSpec>,
 ) -> StatefulSet {
+    let placed = placement::place(cluster, node, &w.spreads, scheduling);
     let (volumes, mounts) = volumes(cluster, node, w);
     let annotations = (!w.restart_settings.is_empty()).then(|| {
         BTreeMap::from([(
@@ -71,6 +77,11 @@ pub fn stateful_set(
                     containers: vec![server(node, w, mounts)],
                     volumes: Some(volumes),
                     security_context: Some(pod_security()),
+                    affinity: placed.affinity,
+                    topology_spread_constraints: placed.topology_spread_constraints,
+                    tolerations: placed.tolerations,
+                    node_selector: placed.node_selector,
+                    priority_class_name: placed.priority_class_name,
                     ..PodSpec::default()
                 }),
             },

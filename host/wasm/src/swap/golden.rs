@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 use shardgate_contract::announce::KEYS as ANNOUNCE_KEYS;
 use shardgate_contract::model::{
     Cluster, Desired, EndpointType, ExternalAccess, Ingress, Input, IpAddress, Observed,
-    ObservedPod, ObservedPort, ObservedService, ServiceType, Severity, TrafficPolicy, ValkeyNode,
+    ObservedPod, ObservedPort, ObservedService, Scheduling, ServiceType, Severity, SpreadSet,
+    Strength, TrafficPolicy, ValkeyNode,
 };
 use shardgate_contract::names;
 
@@ -91,6 +92,13 @@ fn cluster(name: &str, shards: i32, replicas: i32, external: Option<ExternalAcce
         config: vec![("maxmemory".into(), "100mb".into())],
         persistence: None,
         disruption_budget: true,
+        scheduling: Scheduling {
+            node: SpreadSet {
+                shard: Strength::Preferred,
+                ..SpreadSet::default()
+            },
+            ..Scheduling::default()
+        },
     }
 }
 
