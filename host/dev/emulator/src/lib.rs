@@ -20,6 +20,7 @@
 //!
 //! See the crate README for exactly what is and is not modelled.
 
+mod age;
 mod cluster_ips;
 mod counts;
 mod defaulting;
@@ -31,9 +32,11 @@ mod faults;
 mod fieldset;
 mod gc;
 mod holdings;
+mod jsonpath;
 mod managed_fields;
 mod nodeports;
 mod ops;
+mod printers;
 mod resources;
 mod schema;
 mod selectors;
@@ -41,6 +44,7 @@ mod server;
 mod ssa;
 mod statefulset;
 mod store;
+mod table;
 mod util;
 mod verb;
 mod volume_claims;
@@ -58,7 +62,7 @@ use tokio::task::JoinHandle;
 
 pub use counts::WriteCounts;
 pub use faults::{Fault, FaultAction};
-pub use resources::CustomResource;
+pub use resources::{CustomResource, PrinterColumn};
 pub use verb::Verb;
 
 use ops::{Opts, PatchType, State, Target};
@@ -458,6 +462,21 @@ impl Emulator {
         let now = util::now();
         let flag = if ready { "True" } else { "False" };
         let cond = |t: &str| json!({"type": t, "status": flag, "lastProbeTime": null, "lastTransitionTime": now});
+        // One running container status per container of the spec, so that
+        // READY reads `1/1` in `kubectl get pods`.
+        let containers: Vec<Value> = self
+            .get("pods", ns, name)
+            .and_then(|p| p["spec"]["containers"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| {
+                json!({
+                    "name": c["name"], "image": c["image"], "imageID": "",
+                    "ready": ready, "started": true, "restartCount": 0,
+                    "state": {"running": {"startedAt": now}},
+                })
+            })
+            .collect();
         self.status_patch(
             "pods",
             ns,
@@ -475,6 +494,7 @@ impl Emulator {
                     cond("ContainersReady"),
                     cond("Ready"),
                 ],
+                "containerStatuses": containers,
             }}),
         )
     }

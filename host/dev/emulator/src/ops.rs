@@ -664,7 +664,8 @@ impl State {
     }
 
     /// DELETE. Returns the response body: the object if deletion waits for
-    /// finalizers, else a success `Status`.
+    /// finalizers or the resource answers with the deleted object (pods and
+    /// custom resources), else a success `Status`.
     pub fn delete(&mut self, t: &Target, d: &DeleteOpts, opts: &Opts) -> ApiResult<Arc<Value>> {
         let old = self.get_obj(t)?;
         if let Some(uid) = &d.uid
@@ -718,6 +719,9 @@ impl State {
             self.counts.record(Verb::Delete, &t.counted(), true);
         }
         self.remove_now(t, d.propagation.as_deref());
+        if t.res.returns_deleted_object() {
+            return Ok(old);
+        }
         Ok(Arc::new(json!({
             "kind": "Status",
             "apiVersion": "v1",

@@ -19,6 +19,62 @@ pub struct CustomResource {
     pub namespaced: bool,
     /// Whether the `/status` subresource is enabled.
     pub status_subresource: bool,
+    /// The served version's `additionalPrinterColumns` (server-side
+    /// `kubectl get` columns). Empty: NAME and AGE, as for a CRD without
+    /// any.
+    pub printer_columns: Vec<PrinterColumn>,
+    /// `spec.names.shortNames` (`kubectl get vkc`).
+    pub short_names: Vec<String>,
+}
+
+/// One `additionalPrinterColumns` entry of a CRD version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrinterColumn {
+    /// Column header, e.g. `Ready Shards`.
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    pub column_type: String,
+    /// Where the value is, e.g. `.status.conditions[?(@.type=="Ready")].status`.
+    pub json_path: String,
+    /// Optional OpenAPI format hint (`int32`, `byte`, ...).
+    pub format: String,
+    /// Optional description; the API server's default when empty.
+    pub description: String,
+    /// 0: always shown; above 0: only with `kubectl get -o wide`.
+    pub priority: i32,
+}
+
+impl PrinterColumn {
+    /// A column shown by default.
+    pub fn new(name: &str, column_type: &str, json_path: &str) -> Self {
+        Self {
+            name: name.into(),
+            column_type: column_type.into(),
+            json_path: json_path.into(),
+            format: String::new(),
+            description: String::new(),
+            priority: 0,
+        }
+    }
+
+    fn from_crd(col: &serde_json::Value) -> anyhow::Result<Self> {
+        let field = |k: &str| col[k].as_str().unwrap_or_default().to_string();
+        let (name, json_path) = (field("name"), field("jsonPath"));
+        if name.is_empty() || json_path.is_empty() {
+            anyhow::bail!("a printer column needs a name and a jsonPath: {col}");
+        }
+        Ok(Self {
+            name,
+            column_type: field("type"),
+            json_path,
+            format: field("format"),
+            description: field("description"),
+            priority: col["priority"]
+                .as_i64()
+                .and_then(|p| i32::try_from(p).ok())
+                .unwrap_or(0),
+        })
+    }
 }
 
 impl CustomResource {
@@ -31,11 +87,19 @@ impl CustomResource {
             plural: plural.into(),
             namespaced: true,
             status_subresource: true,
+            printer_columns: Vec::new(),
+            short_names: Vec::new(),
         }
     }
 
+    /// Adds an `additionalPrinterColumns` entry.
+    pub fn printer_column(mut self, column: PrinterColumn) -> Self {
+        self.printer_columns.push(column);
+        self
+    }
+
     /// Parses the first served version of a `CustomResourceDefinition`
-    /// manifest (YAML or JSON).
+    /// manifest (YAML or JSON), with its `additionalPrinterColumns`.
     pub fn from_crd_yaml(text: &str) -> anyhow::Result<Self> {
         let crd: serde_json::Value = serde_saphyr::from_str(text)?;
         let spec = &crd["spec"];
@@ -58,6 +122,20 @@ impl CustomResource {
             plural: s(&spec["names"]["plural"], "spec.names.plural")?,
             namespaced: spec["scope"].as_str() != Some("Cluster"),
             status_subresource: version["subresources"]["status"].is_object(),
+            printer_columns: version["additionalPrinterColumns"]
+                .as_array()
+                .map(|cols| cols.iter().map(PrinterColumn::from_crd).collect())
+                .transpose()?
+                .unwrap_or_default(),
+            short_names: spec["names"]["shortNames"]
+                .as_array()
+                .map(|names| {
+                    names
+                        .iter()
+                        .filter_map(|n| n.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default(),
         })
     }
 }
@@ -74,7 +152,10 @@ pub(crate) struct ResourceInfo {
     pub status: bool,
     /// `metadata.generation` is maintained (bumped on spec changes).
     pub generation: bool,
-    pub short_names: &'static [&'static str],
+    pub short_names: Vec<String>,
+    /// Custom resources: their printer columns (empty: the default Age).
+    /// Built-ins (`None`) print with the API server's built-in printers.
+    pub printer_columns: Option<Vec<PrinterColumn>>,
 }
 
 impl ResourceInfo {
@@ -100,6 +181,12 @@ impl ResourceInfo {
     }
 
     /// Subresources besides `/status`, each served by its own handler.
+    /// Whether a DELETE answers with the deleted object (as the API server's
+    /// pod and custom resource stores do) rather than a success `Status`.
+    pub fn returns_deleted_object(&self) -> bool {
+        self.printer_columns.is_some() || (self.group.is_empty() && self.plural == "pods")
+    }
+
     pub fn extra_subresources(&self) -> &'static [Subresource] {
         if self.group.is_empty() && self.plural == "pods" {
             &[Subresource {
@@ -153,7 +240,8 @@ fn builtin(
         namespaced,
         status,
         generation,
-        short_names,
+        short_names: short_names.iter().map(|s| s.to_string()).collect(),
+        printer_columns: None,
     })
 }
 
@@ -249,7 +337,8 @@ impl Registry {
             namespaced: cr.namespaced,
             status: cr.status_subresource,
             generation: true,
-            short_names: &[],
+            short_names: cr.short_names.clone(),
+            printer_columns: Some(cr.printer_columns.clone()),
         }));
     }
 

@@ -12,11 +12,13 @@ use axum::response::Response;
 use futures::FutureExt;
 use serde_json::{Value, json};
 
+use crate::age;
 use crate::discovery;
 use crate::errors::{ApiError, ApiResult};
 use crate::ops::{DeleteOpts, Opts, Page, PatchType, State, Target};
 use crate::resources::Res;
 use crate::selectors::{FieldSelector, LabelSelector, Selectors};
+use crate::table::{TableRequest, TableWatch};
 use crate::verb::Verb;
 use crate::watch::{self, WatchParams};
 
@@ -305,6 +307,16 @@ async fn serve_resource(
     if let Some(e) = verdict.error {
         return Err(e);
     }
+    let table = match verb {
+        Verb::Get | Verb::List | Verb::Watch => {
+            let accept = headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            TableRequest::negotiate(accept, query)?
+        }
+        _ => None,
+    };
 
     let selectors = Selectors {
         labels: LabelSelector::parse(
@@ -375,14 +387,19 @@ async fn serve_resource(
                 send_initial_events: flag(query, "sendInitialEvents"),
                 timeout,
                 bookmark_interval: shared.bookmark_interval,
+                table: table.map(TableWatch::new),
             };
+            let content_type = params
+                .table
+                .as_ref()
+                .map_or_else(|| "application/json".to_string(), TableWatch::content_type);
             let stream = {
                 let st = shared.lock();
                 watch::open(&st, params)
             };
             Ok(Response::builder()
                 .status(200)
-                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::CONTENT_TYPE, content_type)
                 .body(Body::from_stream(stream))
                 .expect("response"))
         }
@@ -400,9 +417,26 @@ async fn serve_resource(
                 shared
                     .lock()
                     .list_page(&route.res, route.ns.as_deref(), &selectors, &page)?;
-            Ok(ok(&list))
+            Ok(match table {
+                Some(t) => json_response(
+                    200,
+                    &t.list(&route.res, &list, age::now()),
+                    &t.content_type(),
+                ),
+                None => ok(&list),
+            })
         }
-        Verb::Get => Ok(ok(&*shared.lock().get_obj(&target)?)),
+        Verb::Get => {
+            let obj = shared.lock().get_obj(&target)?;
+            Ok(match table {
+                Some(t) => json_response(
+                    200,
+                    &t.object(&route.res, &obj, age::now(), true),
+                    &t.content_type(),
+                ),
+                None => ok(&obj),
+            })
+        }
         Verb::Create => {
             if route.res.namespaced && route.ns.is_none() {
                 return Err(ApiError::method_not_allowed(

@@ -17,6 +17,7 @@ use crate::ops::State;
 use crate::resources::Res;
 use crate::selectors::Selectors;
 use crate::store::{EventType, Notice, WatchEvent};
+use crate::table::TableWatch;
 
 /// What a watch request asked for.
 pub(crate) struct WatchParams {
@@ -29,6 +30,9 @@ pub(crate) struct WatchParams {
     pub send_initial_events: bool,
     pub timeout: Duration,
     pub bookmark_interval: Duration,
+    /// `as=Table`: each event's object is a one-row Table (BOOKMARKs an
+    /// empty one).
+    pub table: Option<TableWatch>,
 }
 
 /// `{"type":"<etype>","object":<obj>}` and a newline, written straight from
@@ -45,6 +49,9 @@ fn event_line(etype: &str, obj: &Value) -> Bytes {
 
 impl WatchParams {
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        if let Some(t) = &self.table {
+            return event_line("BOOKMARK", &t.bookmark(rv));
+        }
         let mut meta = json!({"resourceVersion": rv.to_string()});
         if initial_end {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
@@ -63,7 +70,7 @@ impl WatchParams {
 
     /// The line a committed change turns into for this watch, if any. An
     /// object moving into (out of) the selector is ADDED (DELETED).
-    fn render(&self, ev: &WatchEvent) -> Option<Bytes> {
+    fn render(&mut self, ev: &WatchEvent) -> Option<Bytes> {
         if ev.res_key != self.res.key() || !self.in_scope(&ev.object) {
             return None;
         }
@@ -81,7 +88,15 @@ impl WatchParams {
             (EventType::Modified, true, false) => EventType::Deleted,
             _ => return None,
         };
-        Some(event_line(etype.as_str(), &ev.object))
+        Some(self.object_line(etype.as_str(), &ev.object))
+    }
+
+    /// An ADDED/MODIFIED/DELETED line for `obj`, as a Table if asked.
+    fn object_line(&mut self, etype: &str, obj: &Value) -> Bytes {
+        match &mut self.table {
+            Some(t) => event_line(etype, &t.event(&self.res, obj)),
+            None => event_line(etype, obj),
+        }
     }
 }
 
@@ -99,7 +114,7 @@ struct Streaming {
 /// falls between the replayed history and the live subscription.
 pub(crate) fn open(
     state: &State,
-    params: WatchParams,
+    mut params: WatchParams,
 ) -> impl Stream<Item = Result<Bytes, io::Error>> + Send + 'static {
     let mut pending = VecDeque::new();
     let current = state.store.rv();
@@ -116,7 +131,7 @@ pub(crate) fn open(
         _ => {
             for obj in state.store.list(&params.res.key(), params.ns.as_deref()) {
                 if params.selectors.matches(obj) {
-                    pending.push_back(event_line("ADDED", obj));
+                    pending.push_back(params.object_line("ADDED", obj));
                 }
             }
             if params.send_initial_events {

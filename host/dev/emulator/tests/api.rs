@@ -825,3 +825,37 @@ async fn secret_string_data_is_merged_into_data_and_not_stored() {
     assert!(stored.get("stringData").is_none(), "{stored}");
     emu.shutdown().await;
 }
+
+/// As the API server's stores do: deleting a Pod or a custom resource
+/// answers with the deleted object (clients such as the Python one decode a
+/// `V1Pod`), deleting a ConfigMap with a success `Status`.
+#[tokio::test]
+async fn a_delete_answers_as_the_api_server_does() {
+    let emu = Emulator::builder()
+        .custom_resource(valkey_cr())
+        .start()
+        .await
+        .unwrap();
+    let client = emu.client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let deleted = pods.delete("p", &DeleteParams::default()).await.unwrap();
+    assert!(
+        deleted.left().is_some_and(|p| p.name_any() == "p"),
+        "a Pod's delete answers with the Pod"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "cm"}})).unwrap();
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let deleted = cms.delete("cm", &DeleteParams::default()).await.unwrap();
+    assert!(
+        deleted.right().is_some(),
+        "a ConfigMap's delete answers a Status"
+    );
+    emu.shutdown().await;
+}
