@@ -21,6 +21,7 @@
 //! See the crate README for exactly what is and is not modelled.
 
 mod age;
+mod binding;
 mod cluster_ips;
 mod counts;
 mod defaulting;
@@ -424,6 +425,26 @@ impl Emulator {
         .map_err(|e| anyhow::anyhow!("{} {}: {}", e.code, e.reason, e.message))
     }
 
+    /// JSON-merge-patches an object's `/status` subresource as `manager`
+    /// (not counted as an API write), e.g. a Node's addresses and
+    /// conditions as its kubelet reports them. `ns` is ignored for
+    /// cluster-scoped types.
+    pub fn patch_status(
+        &self,
+        type_name: &str,
+        ns: &str,
+        name: &str,
+        manager: &str,
+        patch: Value,
+    ) -> anyhow::Result<Value> {
+        let namespaced = {
+            let st = self.shared.lock();
+            self.resolve(&st, type_name)?.namespaced
+        };
+        let ns = if namespaced { ns } else { "" };
+        self.status_patch(type_name, ns, name, manager, patch)
+    }
+
     /// Sets a Service's `status.loadBalancer.ingress`, as a cloud load
     /// balancer controller would (a real status change: new resourceVersion,
     /// MODIFIED event).
@@ -496,6 +517,70 @@ impl Emulator {
                 ],
                 "containerStatuses": containers,
             }}),
+        )
+    }
+
+    /// Binds a Pod to a Node as the `pods/binding` subresource does (not
+    /// counted as an API write): sets `spec.nodeName` and the
+    /// `PodScheduled: True` condition. A Pod already bound, or being
+    /// deleted, is a 409 error; the Node is not checked (as the API server).
+    pub fn bind_pod(&self, ns: &str, name: &str, node: &str) -> anyhow::Result<Value> {
+        let mut st = self.shared.lock();
+        let res = self.resolve(&st, "pods")?;
+        let t = Target {
+            res,
+            ns: ns.to_string(),
+            name: name.to_string(),
+            status: false,
+        };
+        let body = json!({
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": ns},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        binding::bind(
+            &mut st,
+            &t,
+            body.to_string().as_bytes(),
+            &Opts::internal("kube-scheduler"),
+        )
+        .map_err(|e| anyhow::anyhow!("{} {}: {}", e.code, e.reason, e.message))?;
+        st.get_obj(&t)
+            .map(Arc::unwrap_or_clone)
+            .map_err(|e| anyhow::anyhow!("{} {}: {}", e.code, e.reason, e.message))
+    }
+
+    /// Sets one Pod status condition (replacing the condition of the same
+    /// `type`, keeping the others), as the scheduler does for
+    /// `PodScheduled: False`. A real change only: an identical condition is
+    /// a no-op.
+    pub fn set_pod_condition(
+        &self,
+        ns: &str,
+        name: &str,
+        manager: &str,
+        condition: Value,
+    ) -> anyhow::Result<Value> {
+        let pod = self
+            .get("pods", ns, name)
+            .ok_or_else(|| anyhow::anyhow!("404 NotFound: pods \"{name}\" not found"))?;
+        let mut conditions: Vec<Value> = pod["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        match conditions
+            .iter_mut()
+            .find(|c| c["type"] == condition["type"])
+        {
+            Some(c) => *c = condition,
+            None => conditions.push(condition),
+        }
+        self.status_patch(
+            "pods",
+            ns,
+            name,
+            manager,
+            json!({"status": {"conditions": conditions}}),
         )
     }
 

@@ -189,13 +189,22 @@ impl ResourceInfo {
 
     pub fn extra_subresources(&self) -> &'static [Subresource] {
         if self.group.is_empty() && self.plural == "pods" {
-            &[Subresource {
-                name: "eviction",
-                group: "policy",
-                version: "v1",
-                kind: "Eviction",
-                verbs: &["create"],
-            }]
+            &[
+                Subresource {
+                    name: "eviction",
+                    group: "policy",
+                    version: "v1",
+                    kind: "Eviction",
+                    verbs: &["create"],
+                },
+                Subresource {
+                    name: "binding",
+                    group: "",
+                    version: "v1",
+                    kind: "Binding",
+                    verbs: &["create"],
+                },
+            ]
         } else {
             &[]
         }
@@ -203,7 +212,7 @@ impl ResourceInfo {
 }
 
 /// A subresource with its own request kind, e.g. `pods/eviction`
-/// (`policy/v1 Eviction`, create only).
+/// (`policy/v1 Eviction`, create only) or `pods/binding` (`v1 Binding`).
 #[derive(Debug)]
 pub(crate) struct Subresource {
     pub name: &'static str,
@@ -258,6 +267,7 @@ impl Registry {
                 false,
                 &["ns"],
             ),
+            builtin("", "v1", "Node", "nodes", false, true, false, &["no"]),
             builtin("", "v1", "Service", "services", true, true, false, &["svc"]),
             builtin("", "v1", "Pod", "pods", true, true, false, &["po"]),
             builtin(

@@ -70,8 +70,9 @@ struct Route {
     ns: Option<String>,
     name: Option<String>,
     status: bool,
-    /// `pods/{name}/eviction`.
-    eviction: bool,
+    /// A subresource with its own handler: `pods/{name}/eviction` or
+    /// `pods/{name}/binding`.
+    sub: Option<&'static str>,
 }
 
 fn parse_route(state: &State, group: &str, version: &str, rest: &[&str]) -> ApiResult<Route> {
@@ -96,15 +97,14 @@ fn parse_route(state: &State, group: &str, version: &str, rest: &[&str]) -> ApiR
     let plural = rest.first().ok_or_else(nf)?;
     let res = state.registry.find(group, version, plural).ok_or_else(nf)?;
     let name = rest.get(1).map(|s| s.to_string());
-    let (status, eviction) = match rest.get(2) {
-        None => (false, false),
-        Some(&"status") if res.status && rest.len() == 3 => (true, false),
-        Some(sub)
-            if rest.len() == 3
-                && ns.is_some()
-                && res.extra_subresources().iter().any(|s| s.name == *sub) =>
-        {
-            (false, true)
+    let (status, sub) = match rest.get(2) {
+        None => (false, None),
+        Some(&"status") if res.status && rest.len() == 3 => (true, None),
+        Some(sub) if rest.len() == 3 && ns.is_some() => {
+            match res.extra_subresources().iter().find(|s| s.name == *sub) {
+                Some(s) => (false, Some(s.name)),
+                None => return Err(nf()),
+            }
         }
         _ => return Err(nf()),
     };
@@ -119,7 +119,7 @@ fn parse_route(state: &State, group: &str, version: &str, rest: &[&str]) -> ApiR
         ns,
         name,
         status,
-        eviction,
+        sub,
     })
 }
 
@@ -261,8 +261,8 @@ async fn serve_resource(
     query: &HashMap<String, String>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    if route.eviction {
-        return serve_eviction(shared, route, method, query, body).await;
+    if let Some(sub) = route.sub {
+        return serve_subresource(shared, route, sub, method, query, body).await;
     }
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -508,11 +508,12 @@ async fn serve_resource(
     }
 }
 
-/// `POST .../pods/{name}/eviction`: counted and faulted as `create` of
-/// `pods/eviction`.
-async fn serve_eviction(
+/// `POST .../pods/{name}/eviction` or `.../binding`: counted and faulted as
+/// `create` of `pods/eviction` or `pods/binding`.
+async fn serve_subresource(
     shared: &Arc<Shared>,
     route: Route,
+    sub: &str,
     method: &Method,
     query: &HashMap<String, String>,
     body: Bytes,
@@ -523,7 +524,7 @@ async fn serve_eviction(
         )));
     }
     let name = route.name.clone().unwrap_or_default();
-    let counted = format!("{}/eviction", route.res.plural);
+    let counted = format!("{}/{sub}", route.res.plural);
     let verdict = shared.lock().faults.check(Verb::Create, &counted, &name);
     if !verdict.delay.is_zero() {
         tokio::time::sleep(verdict.delay).await;
@@ -543,6 +544,10 @@ async fn serve_eviction(
         force: false,
         api: true,
     };
-    let status = crate::eviction::evict(&mut shared.lock(), &target, &body, &opts)?;
+    let status = if sub == "binding" {
+        crate::binding::bind(&mut shared.lock(), &target, &body, &opts)?
+    } else {
+        crate::eviction::evict(&mut shared.lock(), &target, &body, &opts)?
+    };
     Ok(json_response(201, &status, "application/json"))
 }

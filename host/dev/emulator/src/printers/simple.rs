@@ -1,5 +1,5 @@
 //! Printers that read a few fields: StatefulSets, PodDisruptionBudgets,
-//! PersistentVolumeClaims, Namespaces, ConfigMaps, Secrets, Leases.
+//! PersistentVolumeClaims, Namespaces, Nodes, ConfigMaps, Secrets, Leases.
 
 use serde_json::{Value, json};
 
@@ -198,6 +198,98 @@ pub(super) fn namespace_row(ns: &Value, now: i64) -> Row {
         name(ns),
         json!(s(ns, &["status", "phase"])),
         age_cell(ns, now),
+    ]
+    .into()
+}
+
+pub(super) fn node_columns() -> Vec<Value> {
+    vec![
+        name_col(),
+        string_col("Status", 0, "The status of the node"),
+        string_col("Roles", 0, "The roles of the node"),
+        age_col(),
+        string_col("Version", 0, "Kubelet Version reported by the node."),
+        string_col("Internal-IP", 1, "List of internal IPs for the node."),
+        string_col("External-IP", 1, "List of external IPs for any node."),
+        string_col(
+            "OS-Image",
+            1,
+            "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).",
+        ),
+        string_col(
+            "Kernel-Version",
+            1,
+            "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).",
+        ),
+        string_col(
+            "Container-Runtime",
+            1,
+            "Container Runtime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
+        ),
+    ]
+}
+
+/// As the API server's node printer: `Ready`/`NotReady`/`Unknown` from the
+/// Ready condition (plus `,SchedulingDisabled` when `spec.unschedulable`),
+/// roles from `node-role.kubernetes.io/<role>` and `kubernetes.io/role`
+/// labels, the first InternalIP and ExternalIP addresses.
+pub(super) fn node_row(node: &Value, now: i64) -> Row {
+    let ready = items(&node["status"]["conditions"])
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .map(|c| match s(c, &["status"]) {
+            "True" => "Ready",
+            "False" => "NotReady",
+            _ => "Unknown",
+        })
+        .unwrap_or("Unknown");
+    let mut status = ready.to_string();
+    if node["spec"]["unschedulable"].as_bool() == Some(true) {
+        status.push_str(",SchedulingDisabled");
+    }
+    let mut roles: Vec<String> = node["metadata"]["labels"]
+        .as_object()
+        .map(|labels| {
+            labels
+                .iter()
+                .filter_map(|(k, v)| {
+                    if let Some(role) = k.strip_prefix("node-role.kubernetes.io/") {
+                        (!role.is_empty()).then(|| role.to_string())
+                    } else if k == "kubernetes.io/role" {
+                        v.as_str().filter(|r| !r.is_empty()).map(str::to_string)
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    roles.sort();
+    roles.dedup();
+    let roles = if roles.is_empty() {
+        "<none>".to_string()
+    } else {
+        roles.join(",")
+    };
+    let address = |kind: &str| {
+        items(&node["status"]["addresses"])
+            .iter()
+            .find(|a| a["type"] == kind)
+            .map_or("<none>".to_string(), |a| s(a, &["address"]).to_string())
+    };
+    let info = &node["status"]["nodeInfo"];
+    let or_unknown = |x: &str| if x.is_empty() { "<unknown>" } else { x }.to_string();
+    vec![
+        name(node),
+        json!(status),
+        json!(roles),
+        age_cell(node, now),
+        json!(s(info, &["kubeletVersion"])),
+        json!(address("InternalIP")),
+        json!(address("ExternalIP")),
+        json!(or_unknown(s(info, &["osImage"]))),
+        json!(or_unknown(s(info, &["kernelVersion"]))),
+        json!(or_unknown(s(info, &["containerRuntimeVersion"]))),
     ]
     .into()
 }
