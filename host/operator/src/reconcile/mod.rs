@@ -49,9 +49,12 @@ pub const PENDING_RECHECK: Duration = Duration::from_secs(15);
 pub const SECRET_RECHECK: Duration = Duration::from_secs(5);
 /// How soon to look again when the object caches have not been listed yet.
 pub const CACHE_RECHECK: Duration = Duration::from_millis(200);
-/// How soon to look again while the Valkey cluster is forming or changing
-/// shape (gossip, syncs and migrations take seconds).
+/// The longest wait before looking again while the Valkey cluster is forming
+/// or changing shape (gossip, syncs and migrations take seconds).
 pub const TOPOLOGY_RECHECK: Duration = Duration::from_secs(1);
+/// The first wait after a plan's steps ran: the facts the next phase waits
+/// for (a meet, a replica's sync) often hold within tens of milliseconds.
+pub const TOPOLOGY_FIRST_RECHECK: Duration = Duration::from_millis(50);
 
 /// Reconciles one cluster through every stage and says when to look at it
 /// again; until the caches are listed it only requeues.
@@ -146,25 +149,56 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     if changed > 0 {
         info!(changed, "applied");
     }
-    Ok(Action::requeue(next_look(&outcome, reshaped, pending)))
+    let obj = ObjectRef::from_obj(vc);
+    let waited = ctx.waits(&obj);
+    let look = next_look(&outcome, reshaped, pending, waited);
+    ctx.set_waits(
+        &obj,
+        if look.reshaping && reshaped.steps == 0 {
+            waited + 1
+        } else {
+            0
+        },
+    );
+    Ok(Action::requeue(look.after))
 }
 
-/// When to look at the cluster again: soon while Valkey is reshaping, later
-/// while something else is pending, else at the resync.
-fn next_look(outcome: &Outcome<'_>, reshaped: reshape::Reshaped, pending: bool) -> Duration {
+/// When to look at a cluster again, and whether Valkey is reshaping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Look {
+    after: Duration,
+    reshaping: bool,
+}
+
+/// When to look at the cluster again. While Valkey is reshaping: soon after
+/// a plan's steps ran ([`TOPOLOGY_FIRST_RECHECK`]), then twice as long
+/// after each look that found nothing to do yet (`waited` of them in a
+/// row), at most [`TOPOLOGY_RECHECK`]; so each phase starts about as soon as
+/// Valkey allows, not on a fixed tick. Later while something else is
+/// pending, else at the resync.
+fn next_look(
+    outcome: &Outcome<'_>,
+    reshaped: reshape::Reshaped,
+    pending: bool,
+    waited: u32,
+) -> Look {
     let forming = match outcome {
         Outcome::Reconciled { progress, .. } => {
             progress.formation.as_ref().is_some_and(|f| !f.formed)
         }
         Outcome::Refused { .. } | Outcome::Failed { .. } => false,
     };
-    if forming || reshaped.steps > 0 || reshaped.announce_spreading || reshaped.acl_waiting > 0 {
-        TOPOLOGY_RECHECK
+    let reshaping =
+        forming || reshaped.steps > 0 || reshaped.announce_spreading || reshaped.acl_waiting > 0;
+    let after = if reshaping {
+        let doublings = if reshaped.steps > 0 { 0 } else { waited.min(8) };
+        (TOPOLOGY_FIRST_RECHECK * 2u32.pow(doublings)).min(TOPOLOGY_RECHECK)
     } else if pending {
         PENDING_RECHECK
     } else {
         RESYNC
-    }
+    };
+    Look { after, reshaping }
 }
 
 #[cfg(test)]
@@ -192,19 +226,30 @@ mod tests {
             announce_spreading,
             acl_waiting: 0,
         };
-        for (formed, steps, spreading, pending, want) in [
-            (Some(false), 0, false, false, TOPOLOGY_RECHECK),
-            (Some(true), 2, false, true, TOPOLOGY_RECHECK),
-            (Some(true), 0, true, true, TOPOLOGY_RECHECK),
-            (Some(true), 0, false, true, PENDING_RECHECK),
-            (None, 0, false, true, PENDING_RECHECK),
-            (Some(true), 0, false, false, RESYNC),
-            (None, 0, false, false, RESYNC),
+        let ms = Duration::from_millis;
+        // (formed, steps run, spreading, pending, looks that waited) => after
+        for (formed, steps, spreading, pending, waited, want) in [
+            (Some(false), 0, false, false, 0, ms(50)),
+            (Some(false), 0, false, false, 1, ms(100)),
+            (Some(false), 0, false, false, 3, ms(400)),
+            (Some(false), 0, false, false, 5, TOPOLOGY_RECHECK),
+            (Some(false), 0, false, false, 40, TOPOLOGY_RECHECK),
+            (Some(true), 2, false, true, 5, ms(50)),
+            (Some(true), 0, true, true, 2, ms(200)),
+            (Some(true), 0, false, true, 2, PENDING_RECHECK),
+            (None, 0, false, true, 0, PENDING_RECHECK),
+            (Some(true), 0, false, false, 0, RESYNC),
+            (None, 0, false, false, 0, RESYNC),
         ] {
+            let look = next_look(
+                &outcome(formed),
+                reshaped(steps, spreading),
+                pending,
+                waited,
+            );
             assert_eq!(
-                next_look(&outcome(formed), reshaped(steps, spreading), pending),
-                want,
-                "{formed:?} {steps} {spreading} {pending}"
+                look.after, want,
+                "{formed:?} {steps} {spreading} {pending} {waited}"
             );
         }
     }
