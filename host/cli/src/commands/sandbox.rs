@@ -34,6 +34,10 @@ pub struct SandboxArgs {
     /// How long to wait for the cluster to become ready, in seconds.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
+    /// How many Kubernetes nodes to model (`sandbox-node-0..`, InternalIP
+    /// 127.0.3.i+1, ExternalIP 127.0.4.i+1); pods are scheduled onto them.
+    #[arg(long, default_value_t = 3)]
+    nodes: u32,
 }
 
 impl SandboxArgs {
@@ -57,7 +61,8 @@ impl SandboxArgs {
         };
         let runtime = tokio::runtime::Runtime::new()?;
         let result = runtime.block_on(async {
-            let options = stack::Options::new(server, work_dir.clone());
+            let mut options = stack::Options::new(server, work_dir.clone());
+            options.nodes = args.nodes;
             let sandbox = stack::Sandbox::start(cluster, options).await?;
             let result = serve(&sandbox, &args).await;
             sandbox.shutdown().await;

@@ -1,7 +1,11 @@
 //! A process kubelet: runs each Pod of one namespace of the API emulator as
 //! a local `valkey-server` process, and reports pod status back.
 //!
-//! Every ~100 ms it lists the namespace's Pods and, for each:
+//! At start it registers its nodes (`KubeletOptions::nodes`) as `v1 Node`
+//! objects. Every ~100 ms it first runs the [`scheduler`](crate::scheduler)
+//! over the namespace's pending Pods, then lists the namespace's Pods bound
+//! to one of its nodes (`spec.nodeName`; others are left alone) and, for
+//! each:
 //!
 //! - **Pod IP.** Allocates an address from `pod_network` (a loopback /24:
 //!   the first pod gets `.1`, the next `.2`, ...). A pod keeps its IP across
@@ -39,7 +43,7 @@
 //!   emptyDir mount (the data directory); stdout and stderr are appended to
 //!   `work_dir/<pod>/server.log`.
 //! - **Status.** Once the container has started, the Pod gets `podIP`,
-//!   `hostIP` and `Ready` (through [`Emulator::set_pod_status`], which also
+//!   `hostIP` (its node's InternalIP) and `Ready` (through [`Emulator::set_pod_status`], which also
 //!   sets `phase: Running`). Ready turns true when a TCP connect to
 //!   `podIP:<readiness probe port>` succeeds (probed every tick until then,
 //!   then every `periodSeconds`; `failureThreshold` consecutive failures turn
@@ -60,8 +64,8 @@
 //! kept in [`Kubelet::errors`], each naming its pod; the kubelet retries
 //! with the same backoff and never panics.
 //!
-//! **Not modelled:** scheduling and nodes (every pod runs here, on
-//! `host_ip`), images and image pulls (every image runs the given
+//! **Not modelled:** separate machines (every node's pods run here, on
+//! this machine; a node is a name and its addresses), images and image pulls (every image runs the given
 //! `valkey-server`; a command that is not `valkey-server` is refused),
 //! cgroups and resource requests/limits, security contexts, users, mount and
 //! network namespaces (see above: paths are rewritten, processes are pinned
@@ -92,6 +96,8 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::ip_pool::IpPool;
+use crate::nodes::{self, SandboxNode};
+use crate::scheduler;
 use spec::{Launch, PodFacts, SERVER, TcpProbe};
 
 /// How often the kubelet looks at the emulator's Pods.
@@ -122,8 +128,9 @@ pub struct KubeletOptions {
     pub work_dir: PathBuf,
     /// A loopback /24 (e.g. 127.0.1.0): pods get `.1`, `.2`, ...
     pub pod_network: Ipv4Addr,
-    /// The node's IP, reported as every pod's `hostIP` (e.g. 127.0.0.1).
-    pub host_ip: Ipv4Addr,
+    /// The nodes this kubelet runs pods for (registered as `Node`s at
+    /// start); a pod reports its node's InternalIP as `hostIP`.
+    pub nodes: Vec<SandboxNode>,
     /// The namespace whose Pods this kubelet runs.
     pub namespace: String,
 }
@@ -157,6 +164,8 @@ struct State {
 struct PodRuntime {
     uid: String,
     ip: Ipv4Addr,
+    /// Its node's InternalIP.
+    host_ip: Ipv4Addr,
     dir: PathBuf,
     process: Option<Process>,
     /// Processes started so far (restarts = starts - 1).
@@ -195,6 +204,7 @@ impl Kubelet {
         let runtime = tokio::runtime::Handle::try_current()
             .context("the sandbox kubelet must be started inside a tokio runtime")?;
         let options = checked(options)?;
+        nodes::register(&emu, &options.nodes)?;
         let shared = Arc::new(Shared {
             emu,
             state: Mutex::new(State {
@@ -404,6 +414,7 @@ impl Shared {
     /// One pass: forget deleted pods, notice exits, start what is due, probe,
     /// then publish pod statuses.
     async fn sync(&self) {
+        scheduler::schedule(&self.emu, &self.options.namespace);
         let pods = self.observe();
         let gone = self.forget_gone(&pods);
         for (name, rt) in gone {
@@ -421,7 +432,8 @@ impl Shared {
         self.publish(&pods);
     }
 
-    /// The namespace's Pods that are not being deleted, by name. Forgets
+    /// The namespace's Pods bound to one of this kubelet's nodes that are
+    /// not being deleted, by name. Forgets
     /// the latest error of pods that no longer exist.
     fn observe(&self) -> BTreeMap<String, Pod> {
         let listed = self.emu.list("pods", Some(&self.options.namespace));
@@ -440,7 +452,10 @@ impl Shared {
                 .unwrap_or_default()
                 .to_string();
             match serde_json::from_value::<Pod>(value) {
-                Ok(pod) if pod.metadata.deletion_timestamp.is_none() => {
+                Ok(pod)
+                    if pod.metadata.deletion_timestamp.is_none()
+                        && self.host_ip(&pod).is_some() =>
+                {
                     pods.insert(name, pod);
                 }
                 Ok(_) => {}
@@ -451,6 +466,16 @@ impl Shared {
             }
         }
         pods
+    }
+
+    /// The InternalIP of the pod's node, if it is bound to one of ours.
+    fn host_ip(&self, pod: &Pod) -> Option<Ipv4Addr> {
+        let node = pod.spec.as_ref()?.node_name.as_deref()?;
+        self.options
+            .nodes
+            .iter()
+            .find(|n| n.name == node)
+            .map(|n| n.internal_ip)
     }
 
     /// Takes out the runtimes of pods that are gone or were replaced.
@@ -562,6 +587,9 @@ impl Shared {
     /// A new pod: an IP and a fresh directory (whatever an earlier pod of
     /// that name left is removed).
     fn admit(&self, name: &str, pod: &Pod, ips: &mut IpPool) -> Result<PodRuntime, String> {
+        let host_ip = self
+            .host_ip(pod)
+            .ok_or_else(|| "not bound to one of the sandbox's nodes".to_string())?;
         let dir = self.options.work_dir.join(name);
         fresh_dir(&dir).map_err(|e| format!("preparing {}: {e}", dir.display()))?;
         let ports = container_ports(pod);
@@ -575,10 +603,11 @@ impl Shared {
             // Left allocated, so it is not tried again.
             warn!(pod = name, %ip, "another process listens on this pod IP; skipping it");
         };
-        info!(pod = name, %ip, "pod admitted");
+        info!(pod = name, %ip, %host_ip, "pod admitted");
         Ok(PodRuntime {
             uid: uid(pod).to_string(),
             ip,
+            host_ip,
             dir,
             process: None,
             starts: 0,
@@ -635,7 +664,7 @@ impl Shared {
             uid: &rt.uid,
             hostname,
             pod_ip: rt.ip,
-            host_ip: self.options.host_ip,
+            host_ip: rt.host_ip,
         };
         let launch = spec::launch(
             container,
@@ -684,17 +713,16 @@ impl Shared {
     /// Sets podIP, hostIP and Ready on every started pod whose status in the
     /// emulator differs.
     fn publish(&self, pods: &BTreeMap<String, Pod>) {
-        let wanted: Vec<(String, Ipv4Addr, bool)> = {
+        let wanted: Vec<(String, Ipv4Addr, Ipv4Addr, bool)> = {
             let st = self.state();
             st.pods
                 .iter()
                 .filter(|(_, rt)| rt.starts > 0)
-                .map(|(name, rt)| (name.clone(), rt.ip, rt.ready()))
+                .map(|(name, rt)| (name.clone(), rt.ip, rt.host_ip, rt.ready()))
                 .collect()
         };
         let ns = &self.options.namespace;
-        let host_ip = self.options.host_ip;
-        for (name, ip, ready) in wanted {
+        for (name, ip, host_ip, ready) in wanted {
             let Some(pod) = pods.get(&name) else { continue };
             if status_is(pod, ip, host_ip, ready) {
                 continue;
@@ -917,7 +945,7 @@ mod tests {
             valkey_server: bin.clone(),
             work_dir: work_dir.into(),
             pod_network: Ipv4Addr::new(127, 0, 1, 0),
-            host_ip: Ipv4Addr::LOCALHOST,
+            nodes: nodes::sandbox_nodes(1),
             namespace: "default".into(),
         };
         let err = checked(options("/tmp/with space")).unwrap_err().to_string();

@@ -2,10 +2,15 @@
 //! (`kube-emulator`), stand in for a Kubernetes cluster on one machine so the
 //! real operator drives real `valkey-server` processes.
 //!
-//! - [`kubelet`] runs each Pod of the emulator as a `valkey-server` process
-//!   pinned to its own loopback pod IP, and reports podIP/hostIP/Ready.
-//! - [`proxy`] exposes NodePort and LoadBalancer Services as TCP listeners
-//!   on loopback addresses, forwarding each connection to the one pod the
+//! - [`nodes`] are the Kubernetes nodes the sandbox models (three by
+//!   default), each with its own loopback InternalIP and ExternalIP.
+//! - [`scheduler`] binds each pending Pod to a node (node selector, pod
+//!   anti-affinity, topology spread constraints).
+//! - [`kubelet`] runs each Pod bound to one of its nodes as a
+//!   `valkey-server` process pinned to its own loopback pod IP, and reports
+//!   podIP/hostIP/Ready.
+//! - [`proxy`] exposes NodePort (on every node's addresses) and LoadBalancer
+//!   Services as TCP listeners on loopback addresses, forwarding each connection to the one pod the
 //!   Service port selects.
 //! - [`server_binary`] finds the `valkey-server` to run.
 //! - [`stack`] puts them together with the emulator and the real operator
@@ -18,6 +23,8 @@
 
 mod ip_pool;
 pub mod kubelet;
+pub mod nodes;
 pub mod proxy;
+pub mod scheduler;
 pub mod server_binary;
 pub mod stack;

@@ -6,7 +6,9 @@
 //! per exposed address:
 //!
 //! - **NodePort** (and LoadBalancer) Services: each port with a `nodePort`
-//!   listens on `node_ip:nodePort`.
+//!   listens on `ip:nodePort` for every address in `node_ips` (every
+//!   node's InternalIP and ExternalIP, as kube-proxy opens a NodePort on
+//!   every node), all forwarding to the same pod.
 //! - **LoadBalancer** Services: acting as the cloud controller, the proxy
 //!   gives each one an address in `load_balancer_network` (a loopback /24):
 //!   `.S` for a Service labelled `shardgate.io/shard: S` (127.0.2.0 for
@@ -30,8 +32,8 @@
 //!
 //! **Not modelled:** load balancing over several endpoints (refused
 //! instead, see above), ClusterIPs, Endpoints/EndpointSlices objects,
-//! `externalTrafficPolicy` (no second node, no source-IP preservation: the
-//! pod sees the proxy's address), `sessionAffinity`, UDP and SCTP ports,
+//! `externalTrafficPolicy` (every node forwards to the pod wherever it is;
+//! no source-IP preservation: the pod sees the proxy's address), `sessionAffinity`, UDP and SCTP ports,
 //! `loadBalancerSourceRanges`, `loadBalancerIP`, hostnames in ingress, health
 //! check node ports, and connection tracking (removing a listener closes its
 //! connections).
@@ -65,8 +67,9 @@ const SHARD_LABEL: &str = "shardgate.io/shard";
 /// Where the proxy listens.
 #[derive(Clone, Debug)]
 pub struct ProxyOptions {
-    /// The node's address: NodePorts listen here (e.g. 127.0.0.1).
-    pub node_ip: Ipv4Addr,
+    /// The nodes' addresses: every NodePort listens on each of them (e.g.
+    /// each node's InternalIP and ExternalIP).
+    pub node_ips: Vec<Ipv4Addr>,
     /// A loopback /24 for LoadBalancer addresses (e.g. 127.0.2.0).
     pub load_balancer_network: Ipv4Addr,
     /// The namespace whose Services are exposed.
@@ -321,7 +324,7 @@ impl Shared {
             .iter()
             .flat_map(|svc| {
                 let lb = st.load_balancers.get(&name(svc)).copied();
-                listen_addresses(svc, self.options.node_ip, lb)
+                listen_addresses(svc, &self.options.node_ips, lb)
             })
             .collect()
     }
@@ -488,10 +491,10 @@ fn tcp_ports(svc: &Service) -> impl Iterator<Item = &ServicePort> {
         .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
 }
 
-/// The addresses a Service is exposed on: `node_ip:nodePort` for each port
-/// of a NodePort or LoadBalancer Service, and `lb:port` when it has a load
-/// balancer address.
-fn listen_addresses(svc: &Service, node_ip: Ipv4Addr, lb: Option<Ipv4Addr>) -> Vec<Endpoint> {
+/// The addresses a Service is exposed on: `ip:nodePort` for each of
+/// `node_ips` and each port of a NodePort or LoadBalancer Service, and
+/// `lb:port` when it has a load balancer address.
+fn listen_addresses(svc: &Service, node_ips: &[Ipv4Addr], lb: Option<Ipv4Addr>) -> Vec<Endpoint> {
     let svc_name = name(svc);
     let exposed = matches!(service_type(svc), "NodePort" | "LoadBalancer");
     let mut out = Vec::new();
@@ -502,11 +505,13 @@ fn listen_addresses(svc: &Service, node_ip: Ipv4Addr, lb: Option<Ipv4Addr>) -> V
             .filter(|_| exposed)
             .and_then(|p| u16::try_from(p).ok())
         {
-            out.push((
-                svc_name.clone(),
-                port_name.clone(),
-                SocketAddr::from((node_ip, node_port)),
-            ));
+            for ip in node_ips {
+                out.push((
+                    svc_name.clone(),
+                    port_name.clone(),
+                    SocketAddr::from((*ip, node_port)),
+                ));
+            }
         }
         if let (Some(ip), Ok(p)) = (lb, u16::try_from(port.port)) {
             out.push((svc_name.clone(), port_name, SocketAddr::from((ip, p))));
@@ -792,9 +797,9 @@ mod tests {
 
     #[test]
     fn listen_addresses_follow_the_service_type() {
-        let node = Ipv4Addr::LOCALHOST;
+        let node = [Ipv4Addr::LOCALHOST];
         let svc = named();
-        let addrs: Vec<SocketAddr> = listen_addresses(&svc, node, None)
+        let addrs: Vec<SocketAddr> = listen_addresses(&svc, &node, None)
             .into_iter()
             .map(|e| e.2)
             .collect();
@@ -806,10 +811,17 @@ mod tests {
             ]
         );
         let lb = Some(Ipv4Addr::new(127, 0, 2, 1));
-        assert_eq!(listen_addresses(&svc, node, lb).len(), 4);
+        assert_eq!(listen_addresses(&svc, &node, lb).len(), 4);
+        // Every node's addresses: a NodePort on each.
+        let three = [
+            Ipv4Addr::new(127, 0, 3, 1),
+            Ipv4Addr::new(127, 0, 3, 2),
+            Ipv4Addr::new(127, 0, 4, 1),
+        ];
+        assert_eq!(listen_addresses(&svc, &three, lb).len(), 2 * 3 + 2);
         let mut cluster_ip = named();
         cluster_ip.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
-        assert!(listen_addresses(&cluster_ip, node, None).is_empty());
+        assert!(listen_addresses(&cluster_ip, &node, None).is_empty());
     }
 
     // ---- the proxy against the emulator, with plain TCP echo servers as
@@ -879,7 +891,7 @@ mod tests {
         let proxy = Proxy::start(
             emu.clone(),
             ProxyOptions {
-                node_ip: Ipv4Addr::LOCALHOST,
+                node_ips: vec![Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 6, 201)],
                 load_balancer_network: Ipv4Addr::new(127, 0, 6, 0),
                 namespace: "default".into(),
             },
@@ -896,17 +908,19 @@ mod tests {
         let svc = emu.get("Service", "default", "vc-shard-3").unwrap();
         let node_port = svc["spec"]["ports"][0]["nodePort"].as_u64().unwrap() as u16;
         let node: SocketAddr = (Ipv4Addr::LOCALHOST, node_port).into();
-        eventually("both listeners", || {
+        let other_node: SocketAddr = (Ipv4Addr::new(127, 0, 6, 201), node_port).into();
+        eventually("the listeners", || {
             let eps = proxy.endpoints();
             let has = |a| {
                 eps.iter()
                     .any(|(s, p, addr)| s == "vc-shard-3" && p == "vk-n0" && *addr == a)
             };
-            (has(lb) && has(node)).then_some(())
+            (has(lb) && has(node) && has(other_node)).then_some(())
         })
         .await;
         assert_eq!(round_trip(lb).await.unwrap(), b"hello");
         assert_eq!(round_trip(node).await.unwrap(), b"hello");
+        assert_eq!(round_trip(other_node).await.unwrap(), b"hello");
         assert!(proxy.errors().is_empty(), "{:?}", proxy.errors());
 
         // A second pod declaring the same port name: refused, and said so.

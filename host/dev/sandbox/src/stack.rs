@@ -29,6 +29,7 @@ use shardgate_valkey::{CLIENT_PORT, Login, NodeClient};
 use shardgate_wasm::{Engine, Limits, Reconciler};
 
 use crate::kubelet::{Kubelet, KubeletOptions};
+use crate::nodes::{MAX_NODES, SandboxNode, sandbox_nodes};
 use crate::proxy::{Proxy, ProxyOptions};
 
 /// Where the sandbox runs its stand-ins.
@@ -39,24 +40,33 @@ pub struct Options {
     pub work_dir: PathBuf,
     /// Pod `k` gets `.k+1` of this network (127.0.1.0 → 127.0.1.1, ...).
     pub pod_network: Ipv4Addr,
-    /// The one Kubernetes node: every pod's host IP and NodePort address.
-    pub node_ip: Ipv4Addr,
+    /// How many Kubernetes nodes (`sandbox-node-0..`, see
+    /// [`crate::nodes`]): pods are scheduled onto them, report their node's
+    /// InternalIP (127.0.3.i+1) as host IP, and every NodePort listens on
+    /// every node's InternalIP and ExternalIP (127.0.4.i+1).
+    pub nodes: u32,
     /// Shard `s`'s LoadBalancer ingress is `.s` of this network.
     pub load_balancer_network: Ipv4Addr,
 }
 
 impl Options {
     /// Runs `valkey_server` with state under `work_dir`, on the default
-    /// loopback addresses: pods on 127.0.1.x, the node on 127.0.0.1 and
-    /// LoadBalancers on 127.0.2.x.
+    /// loopback addresses: pods on 127.0.1.x, three nodes on 127.0.3.x
+    /// (InternalIP) and 127.0.4.x (ExternalIP), and LoadBalancers on
+    /// 127.0.2.x.
     pub fn new(valkey_server: PathBuf, work_dir: PathBuf) -> Self {
         Options {
             valkey_server,
             work_dir,
             pod_network: Ipv4Addr::new(127, 0, 1, 0),
-            node_ip: Ipv4Addr::LOCALHOST,
+            nodes: 3,
             load_balancer_network: Ipv4Addr::new(127, 0, 2, 0),
         }
+    }
+
+    /// The nodes [`Options::nodes`] asks for.
+    pub fn node_list(&self) -> Vec<SandboxNode> {
+        sandbox_nodes(self.nodes)
     }
 }
 
@@ -127,6 +137,12 @@ impl Sandbox {
                  them yet); remove spec.tls"
             );
         }
+        if !(1..=MAX_NODES).contains(&options.nodes) {
+            bail!(
+                "the sandbox models 1 to {MAX_NODES} nodes, not {}",
+                options.nodes
+            );
+        }
         let name = cluster.name_any();
         let namespace = cluster.namespace().unwrap_or_else(|| "default".into());
         std::fs::create_dir_all(&options.work_dir)
@@ -143,20 +159,26 @@ impl Sandbox {
                 .await?,
         );
         let client = emu.client().await?;
+        let nodes = options.node_list();
+        // The kubelet registers the nodes (their `Node` objects) as it
+        // starts, and schedules pending pods onto them on every tick.
         let kubelet = Kubelet::start(
             emu.clone(),
             KubeletOptions {
                 valkey_server: options.valkey_server.clone(),
                 work_dir: options.work_dir.clone(),
                 pod_network: options.pod_network,
-                host_ip: options.node_ip,
+                nodes: nodes.clone(),
                 namespace: namespace.clone(),
             },
         )?;
         let proxy = Proxy::start(
             emu.clone(),
             ProxyOptions {
-                node_ip: options.node_ip,
+                node_ips: nodes
+                    .iter()
+                    .flat_map(|n| [n.internal_ip, n.external_ip])
+                    .collect(),
                 load_balancer_network: options.load_balancer_network,
                 namespace: namespace.clone(),
             },
@@ -202,6 +224,16 @@ impl Sandbox {
             options,
             started,
         })
+    }
+
+    /// The options it was started with.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The Kubernetes nodes it models.
+    pub fn nodes(&self) -> Vec<SandboxNode> {
+        self.options.node_list()
     }
 
     /// The emulated API server.
@@ -252,7 +284,8 @@ impl Sandbox {
     }
 
     /// The sandbox's DNS: where an announced host leads. An IP is itself; a
-    /// hostname leads to its shard's load balancer, or to the node.
+    /// hostname leads to its shard's load balancer, or to node 0's
+    /// InternalIP (every NodePort listens on every node).
     pub fn resolve(&self, shard: u32, host: &str) -> IpAddr {
         if let Ok(ip) = host.parse() {
             return ip;
@@ -265,7 +298,7 @@ impl Sandbox {
                     .as_str()
                     .and_then(|ip| ip.parse().ok())
             })
-            .unwrap_or(IpAddr::V4(self.options.node_ip))
+            .unwrap_or(IpAddr::V4(SandboxNode::new(0).internal_ip))
     }
 
     /// Key `key` of Secret `name` in the sandbox's namespace, as text.
