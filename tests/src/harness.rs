@@ -113,6 +113,7 @@ impl Operator {
             manage_valkey: setup.manage_valkey,
             // Every trigger reconciles: the tests count reconciles.
             debounce: Duration::ZERO,
+            recheck: Default::default(),
         };
         let shutdown = async {
             let _ = stopped.await;

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use serde_json::json;
+use shardgate_operator::Recheck;
 use shardgate_sandbox::server_binary;
 use shardgate_sandbox::stack::{Options, Sandbox};
 use shardgate_tests::bench::{Invocation, machine, max, median};
@@ -53,11 +54,17 @@ struct Size {
     replicas: u32,
     runs: usize,
     timeout: Duration,
+    /// How the operator looks again while Valkey reshapes.
+    recheck: Recheck,
 }
 
 impl Size {
     fn label(&self) -> String {
-        format!("{}x{}", self.shards, self.replicas)
+        let recheck = match self.recheck {
+            Recheck::Adaptive => "adaptive".to_string(),
+            Recheck::Fixed(d) => format!("fixed-{}ms", d.as_millis()),
+        };
+        format!("{}x{} {recheck}", self.shards, self.replicas)
     }
 
     fn nodes(&self) -> usize {
@@ -145,7 +152,7 @@ fn our_valkey_servers(work_dir: &Path) -> BTreeSet<u32> {
 /// nothing is left.
 async fn run_once(server: &Path, size: &Size) -> anyhow::Result<Run> {
     // Not created: the sandbox makes its work directory itself.
-    let work = ScratchDir::unmade(&format!("bench-sandbox-{}", size.label()));
+    let work = ScratchDir::unmade(&format!("bench-sandbox-{}", size.label().replace(' ', "-")));
     let cluster = shardgate_k8s::manifest::parse_cluster(
         &harness::cluster(
             NAME,
@@ -156,7 +163,11 @@ async fn run_once(server: &Path, size: &Size) -> anyhow::Result<Run> {
         .to_string(),
     )?;
     let started = Instant::now();
-    let sandbox = Sandbox::start(cluster, Options::new(server.into(), work.path().into()))
+    let options = Options {
+        recheck: size.recheck,
+        ..Options::new(server.into(), work.path().into())
+    };
+    let sandbox = Sandbox::start(cluster, options)
         .await
         .context("starting the sandbox")?;
     let mut run = Run {
@@ -350,17 +361,25 @@ fn main() -> anyhow::Result<()> {
         replicas: 1,
         runs: if quick { 1 } else { 5 },
         timeout: Duration::from_secs(120),
+        recheck: Recheck::Adaptive,
     };
     let large = Size {
         shards: 10,
         replicas: 2,
         runs: 3,
         timeout: Duration::from_secs(300),
+        recheck: Recheck::Adaptive,
+    };
+    // Each size with the adaptive look and, beside it in the same run, the
+    // fixed one-second tick (the default).
+    let fixed = |s: Size| Size {
+        recheck: Recheck::Fixed(Duration::from_secs(1)),
+        ..s
     };
     let sizes = if quick {
-        vec![small]
+        vec![(small, None)]
     } else {
-        vec![small, large]
+        vec![(small, Some(fixed(small))), (large, Some(fixed(large)))]
     };
 
     let server = server_binary::find(None).map_err(|e| {
@@ -375,21 +394,31 @@ fn main() -> anyhow::Result<()> {
     let results = tokio.block_on(async {
         let mut results = Vec::new();
         // One run at a time: every run uses the same addresses and ports.
-        for size in sizes {
+        // Runs of the two looks alternate, so that the machine's noise
+        // falls on both alike.
+        for (size, beside) in sizes {
             let mut runs = Vec::new();
+            let mut beside_runs = Vec::new();
             for i in 0..size.runs {
-                let run = run_once(&server, &size).await?;
-                println!(
-                    "{} run {}/{}: ready in {:.2} s, shut down in {:.2} s",
-                    size.label(),
-                    i + 1,
-                    size.runs,
-                    run.ready.as_secs_f64(),
-                    run.shutdown.as_secs_f64()
-                );
-                runs.push(run);
+                for (s, into) in std::iter::once((&size, &mut runs))
+                    .chain(beside.as_ref().map(|b| (b, &mut beside_runs)))
+                {
+                    let run = run_once(&server, s).await?;
+                    println!(
+                        "{} run {}/{}: ready in {:.2} s, shut down in {:.2} s",
+                        s.label(),
+                        i + 1,
+                        s.runs,
+                        run.ready.as_secs_f64(),
+                        run.shutdown.as_secs_f64()
+                    );
+                    into.push(run);
+                }
             }
             results.push((size, runs));
+            if let Some(b) = beside {
+                results.push((b, beside_runs));
+            }
         }
         anyhow::Ok(results)
     })?;
@@ -404,9 +433,29 @@ fn main() -> anyhow::Result<()> {
          the run still running after shutdown (any fails the bench)",
         POLL.as_millis()
     );
+    for pair in results.chunks(2) {
+        if let [(a, a_runs), (b, b_runs)] = pair
+            && a.recheck == Recheck::Adaptive
+            && b.recheck != Recheck::Adaptive
+        {
+            let status = |runs: &[Run]| -> Vec<Duration> {
+                runs.iter().filter_map(|r| r.status_ready).collect()
+            };
+            let ready = |runs: &[Run]| -> Vec<Duration> { runs.iter().map(|r| r.ready).collect() };
+            println!(
+                "{}: {} / {} = {:.2}x median ready, {:.2}x median status Ready (same run, alternating)",
+                a.label(),
+                b.label(),
+                a.label(),
+                median(&ready(b_runs)).as_secs_f64() / median(&ready(a_runs)).as_secs_f64(),
+                median(&status(b_runs)).as_secs_f64()
+                    / median(&status(a_runs)).as_secs_f64().max(1e-9),
+            );
+        }
+    }
     if let Some((_, runs)) = results
         .iter()
-        .find(|(s, _)| s.shards == 3 && s.replicas == 1)
+        .find(|(s, _)| s.shards == 3 && s.replicas == 1 && s.recheck == Recheck::Adaptive)
     {
         let ready: Vec<Duration> = runs.iter().map(|r| r.ready).collect();
         let goal = Duration::from_secs(10);

@@ -15,7 +15,7 @@ use shardgate_wasm::swap::{ModuleManager, Serving};
 use shardgate_wasm::{CallBudget, CallError, Reconciler};
 
 use crate::metrics::Metrics;
-use crate::reconcile::Said;
+use crate::reconcile::{Recheck, Said};
 
 /// What every reconcile shares: the client, the caches, the reconcile
 /// module, metrics, the event recorder and per-cluster failure counts.
@@ -33,6 +33,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Whether reconciles talk to the Valkey nodes.
     pub manage_valkey: bool,
+    /// How soon to look again at a reshaping cluster.
+    pub recheck: Recheck,
     /// Applies the stores have not shown yet.
     pub recent: Recent,
     /// What was last said in Events, so a message is not repeated while
@@ -65,6 +67,7 @@ impl Context {
             caches,
             metrics,
             manage_valkey,
+            recheck: Recheck::default(),
             recent: Default::default(),
             said: Said::default(),
             settings_set: Mutex::new(HashMap::new()),
@@ -72,6 +75,12 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             waits: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Looks again at reshaping clusters by `recheck`.
+    pub fn with_recheck(mut self, recheck: Recheck) -> Self {
+        self.recheck = recheck;
+        self
     }
 
     /// The module new reconciles use. A reconcile keeps the one it started

@@ -96,15 +96,18 @@ pub(crate) async fn controller(
         pods: pods.clone(),
         disruption_budgets: disruption_budgets.clone(),
     };
-    let ctx = Arc::new(Context::new(
-        client,
-        controller.store(),
-        caches,
-        module,
-        metrics,
-        options.identity.clone(),
-        options.manage_valkey,
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client,
+            controller.store(),
+            caches,
+            module,
+            metrics,
+            options.identity.clone(),
+            options.manage_valkey,
+        )
+        .with_recheck(options.recheck),
+    );
 
     // Ready once every cache has its first list.
     tokio::spawn({

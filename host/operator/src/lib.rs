@@ -32,6 +32,7 @@ pub use context::Context;
 pub use http::Health;
 pub use metrics::Metrics;
 pub use modules::ModuleReporter;
+pub use reconcile::Recheck;
 
 /// Watch events for one cluster within this long of each other start one
 /// reconcile, not one each: creating a cluster's objects raises dozens.
@@ -57,6 +58,8 @@ pub struct Options {
     /// Watch events for one cluster this close together start one
     /// reconcile ([`DEBOUNCE`] by default; zero reconciles on each).
     pub debounce: std::time::Duration,
+    /// How soon to look again at a cluster whose Valkey is reshaping.
+    pub recheck: Recheck,
 }
 
 /// The Lease used for leader election, and its timings.

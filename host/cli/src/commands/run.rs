@@ -222,6 +222,7 @@ impl RunArgs {
                 reconcile_all: None,
                 manage_valkey: !args.no_manage_valkey,
                 debounce: std::time::Duration::from_millis(args.debounce_ms),
+                recheck: Default::default(),
             };
             shardgate_operator::run_with_modules(
                 options,

@@ -47,6 +47,9 @@ pub struct Options {
     pub nodes: u32,
     /// Shard `s`'s LoadBalancer ingress is `.s` of this network.
     pub load_balancer_network: Ipv4Addr,
+    /// How soon the operator looks again at a reshaping cluster (the
+    /// default, adaptive; benches compare it with a fixed tick).
+    pub recheck: operator::Recheck,
 }
 
 impl Options {
@@ -61,6 +64,7 @@ impl Options {
             pod_network: Ipv4Addr::new(127, 0, 1, 0),
             nodes: 3,
             load_balancer_network: Ipv4Addr::new(127, 0, 2, 0),
+            recheck: operator::Recheck::default(),
         }
     }
 
@@ -195,6 +199,7 @@ impl Sandbox {
                 reconcile_all: None,
                 manage_valkey: true,
                 debounce: operator::DEBOUNCE,
+                recheck: options.recheck,
             },
             client.clone(),
             Arc::new(module) as Arc<dyn Reconciler>,

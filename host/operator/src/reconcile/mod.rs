@@ -151,7 +151,7 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     }
     let obj = ObjectRef::from_obj(vc);
     let waited = ctx.waits(&obj);
-    let look = next_look(&outcome, reshaped, pending, waited);
+    let look = next_look(&outcome, reshaped, pending, waited, ctx.recheck);
     ctx.set_waits(
         &obj,
         if look.reshaping && reshaped.steps == 0 {
@@ -161,6 +161,29 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
         },
     );
     Ok(Action::requeue(look.after))
+}
+
+/// How soon to look again at a cluster whose Valkey is reshaping.
+///
+/// The default stays the fixed [`TOPOLOGY_RECHECK`] tick: measured side by
+/// side (`cargo test -p shardgate --bench sandbox_ready -- --bench`, debug
+/// build, 2 shared vCPUs), the adaptive look made a 3x1 cluster Ready 1.12x
+/// sooner but a 10x2 one 0.88x as fast (each look reads all 30 nodes, and
+/// the operator's CPU competes with Valkey's). It becomes the default once a
+/// release measurement shows it wins at every size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recheck {
+    /// [`TOPOLOGY_FIRST_RECHECK`] after a plan's steps ran, doubling while
+    /// there is nothing to do yet, at most [`TOPOLOGY_RECHECK`].
+    Adaptive,
+    /// Always this long: one phase per tick.
+    Fixed(Duration),
+}
+
+impl Default for Recheck {
+    fn default() -> Self {
+        Recheck::Fixed(TOPOLOGY_RECHECK)
+    }
 }
 
 /// When to look at a cluster again, and whether Valkey is reshaping.
@@ -181,6 +204,7 @@ fn next_look(
     reshaped: reshape::Reshaped,
     pending: bool,
     waited: u32,
+    recheck: Recheck,
 ) -> Look {
     let forming = match outcome {
         Outcome::Reconciled { progress, .. } => {
@@ -190,7 +214,9 @@ fn next_look(
     };
     let reshaping =
         forming || reshaped.steps > 0 || reshaped.announce_spreading || reshaped.acl_waiting > 0;
-    let after = if reshaping {
+    let after = if let (true, Recheck::Fixed(every)) = (reshaping, recheck) {
+        every
+    } else if reshaping {
         let doublings = if reshaped.steps > 0 { 0 } else { waited.min(8) };
         (TOPOLOGY_FIRST_RECHECK * 2u32.pow(doublings)).min(TOPOLOGY_RECHECK)
     } else if pending {
@@ -246,11 +272,23 @@ mod tests {
                 reshaped(steps, spreading),
                 pending,
                 waited,
+                Recheck::Adaptive,
             );
             assert_eq!(
                 look.after, want,
                 "{formed:?} {steps} {spreading} {pending} {waited}"
             );
+            let fixed = Recheck::Fixed(TOPOLOGY_RECHECK);
+            let look = next_look(
+                &outcome(formed),
+                reshaped(steps, spreading),
+                pending,
+                0,
+                fixed,
+            );
+            if look.reshaping {
+                assert_eq!(look.after, TOPOLOGY_RECHECK, "fixed: one tick per phase");
+            }
         }
     }
 }
