@@ -116,3 +116,36 @@ fn cel_length_rule_agrees_with_the_guest() {
         }
     }
 }
+
+/// `spec.persistence` is fixed at creation (a StatefulSet's claim templates
+/// cannot change): the API server refuses a change, naming the field, and
+/// nothing reaches the operator.
+#[test]
+fn persistence_cannot_change_once_the_cluster_exists() {
+    let plain = cluster("demo", 3, 1, None);
+    let mut persistent = plain.clone();
+    persistent.spec.persistence = Some(PersistenceSpec {
+        size: "1Gi".into(),
+        storage_class_name: None,
+        reclaim_policy: ReclaimPolicy::Retain,
+    });
+    let mut bigger = persistent.clone();
+    bigger.spec.persistence.as_mut().unwrap().size = "2Gi".into();
+    // (old, new) => refused
+    for (old, new, refused) in [
+        (&plain, &plain, false),
+        (&persistent, &persistent, false),
+        (&plain, &persistent, true),
+        (&persistent, &plain, true),
+        (&persistent, &bigger, true),
+    ] {
+        let result = new.validate_cel_update(old);
+        assert_eq!(result.is_err(), refused, "{result:?}");
+        if let Err(e) = result {
+            let msg = format!("{e:?}");
+            assert!(msg.contains("spec.persistence cannot change"), "{msg}");
+        }
+    }
+    // A new cluster may have it.
+    persistent.validate_cel().unwrap();
+}
