@@ -75,7 +75,8 @@ mod tests {
     #[test]
     fn departing_nodes_join_their_shards_in_order() {
         // (shards, nodes, departing) => every (shard, node)
-        let cases: [(u32, u32, Vec<NodeRef>, Vec<(u32, u32)>); 4] = [
+        type Case = (u32, u32, Vec<NodeRef>, Vec<(u32, u32)>);
+        let cases: [Case; 4] = [
             (2, 1, vec![], vec![(0, 0), (1, 0)]),
             (1, 1, vec![at(0, 2)], vec![(0, 0), (0, 2)]),
             (1, 2, vec![at(2, 0), at(0, 1)], vec![(0, 0), (0, 1), (2, 0)]),
