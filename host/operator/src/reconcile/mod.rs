@@ -166,11 +166,10 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
 /// How soon to look again at a cluster whose Valkey is reshaping.
 ///
 /// The default stays the fixed [`TOPOLOGY_RECHECK`] tick: measured side by
-/// side (`cargo test -p shardgate --bench sandbox_ready -- --bench`, debug
-/// build, 2 shared vCPUs), the adaptive look made a 3x1 cluster Ready 1.12x
-/// sooner but a 10x2 one 0.88x as fast (each look reads all 30 nodes, and
-/// the operator's CPU competes with Valkey's). It becomes the default once a
-/// release measurement shows it wins at every size.
+/// side (`cargo bench -p shardgate --bench sandbox_ready`, release, 2
+/// vCPUs), the adaptive look made a 3x1 cluster Ready 1.29x sooner but a
+/// 10x2 one 0.90x as fast at the median (each look reads all 30 nodes, and
+/// the operator's CPU competes with Valkey's); see docs/performance.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recheck {
     /// [`TOPOLOGY_FIRST_RECHECK`] after a plan's steps ran, doubling while
