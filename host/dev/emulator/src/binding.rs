@@ -42,9 +42,7 @@ fn parse(pod: &Target, body: &[u8]) -> ApiResult<(String, Value)> {
         && !ns.is_empty()
         && ns != pod.ns
     {
-        return Err(ApiError::bad_request(
-            "the namespace of the provided object does not match the namespace sent on the request",
-        ));
+        return Err(ApiError::namespace_mismatch());
     }
     let target = &b["target"];
     let kind = target["kind"].as_str().unwrap_or_default();

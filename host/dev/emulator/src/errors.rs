@@ -61,6 +61,18 @@ impl ApiError {
         Self::new(400, "BadRequest", message)
     }
 
+    /// 400: a body's `metadata.namespace` is not the request's.
+    pub fn namespace_mismatch() -> Self {
+        Self::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )
+    }
+
+    /// As an error of the emulator's Rust API: `<code> <reason>: <message>`.
+    pub fn into_anyhow(self) -> anyhow::Error {
+        anyhow::anyhow!("{} {}: {}", self.code, self.reason, self.message)
+    }
+
     /// 422 Invalid with one cause per `(field, message)`.
     pub fn invalid(kind: &str, name: &str, causes: &[(String, String)]) -> Self {
         let msgs: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();

@@ -51,9 +51,7 @@ fn parse(pod: &Target, body: &[u8]) -> ApiResult<(DeleteOpts, bool)> {
         && !ns.is_empty()
         && ns != pod.ns
     {
-        return Err(ApiError::bad_request(
-            "the namespace of the provided object does not match the namespace sent on the request",
-        ));
+        return Err(ApiError::namespace_mismatch());
     }
     let d = &ev["deleteOptions"];
     let s = |v: &Value| v.as_str().map(str::to_string);

@@ -396,7 +396,7 @@ impl Emulator {
         };
         st.create(&res, &ns, obj, &Opts::internal("kube-emulator"))
             .map(Arc::unwrap_or_clone)
-            .map_err(|e| anyhow::anyhow!("{} {}: {}", e.code, e.reason, e.message))
+            .map_err(errors::ApiError::into_anyhow)
     }
 
     fn status_patch(
@@ -422,7 +422,7 @@ impl Emulator {
             &Opts::internal(manager),
         )
         .map(Arc::unwrap_or_clone)
-        .map_err(|e| anyhow::anyhow!("{} {}: {}", e.code, e.reason, e.message))
+        .map_err(errors::ApiError::into_anyhow)
     }
 
     /// JSON-merge-patches an object's `/status` subresource as `manager`
@@ -544,10 +544,10 @@ impl Emulator {
             body.to_string().as_bytes(),
             &Opts::internal("kube-scheduler"),
         )
-        .map_err(|e| anyhow::anyhow!("{} {}: {}", e.code, e.reason, e.message))?;
+        .map_err(errors::ApiError::into_anyhow)?;
         st.get_obj(&t)
             .map(Arc::unwrap_or_clone)
-            .map_err(|e| anyhow::anyhow!("{} {}: {}", e.code, e.reason, e.message))
+            .map_err(errors::ApiError::into_anyhow)
     }
 
     /// Sets one Pod status condition (replacing the condition of the same

@@ -266,9 +266,7 @@ impl State {
             && let Some(ns) = meta_str(obj, "namespace")
             && ns != t.ns
         {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
+            return Err(ApiError::namespace_mismatch());
         }
         Ok(())
     }
@@ -302,9 +300,7 @@ impl State {
             && let Some(bns) = meta_str(&body, "namespace")
             && bns != ns
         {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
+            return Err(ApiError::namespace_mismatch());
         }
         let causes = validate_name(&res.group, &res.kind, &name);
         if !causes.is_empty() {
