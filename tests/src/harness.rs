@@ -353,6 +353,16 @@ pub fn node_ports(svc: &Value) -> Vec<i64> {
 }
 
 /// The Events with `reason`.
+/// How many times Events of `reason` whose note contains `text` were said:
+/// an exact repeat is one Event whose series counts it.
+pub fn times_said(emu: &Emulator, reason: &str, text: &str) -> u64 {
+    events(emu, reason)
+        .iter()
+        .filter(|e| e["note"].as_str().unwrap_or_default().contains(text))
+        .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+        .sum()
+}
+
 pub fn events(emu: &Emulator, reason: &str) -> Vec<Value> {
     emu.list("events.k8s.io/v1/Event", None)
         .into_iter()
