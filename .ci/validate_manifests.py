@@ -1278,7 +1278,7 @@ def main() -> int:
         "helm/shardgate/values.schema.json", "helm/shardgate/templates/_helpers.tpl",
         "helm/shardgate/templates/NOTES.txt", "helm/shardgate/crds/valkeyclusters.shardgate.io.yaml",
         "samples/valkeycluster-external.yaml", "samples/valkeycluster-nodeport-ip.yaml",
-        "samples/valkeycluster-loadbalancer.yaml",
+        "samples/valkeycluster-loadbalancer.yaml", "samples/valkeycluster-tls.yaml",
     ]
     report.check("F3 the documented deploy/ files exist",
                  lambda: [f"deploy/{f} is missing" for f in required_files

@@ -76,8 +76,14 @@ impl Announce {
             Some(ip @ IpAddress::V6(_)) => (String::new(), format_ip(ip)),
             None => (String::new(), String::new()),
         };
+        // A TLS node announces the external port for plaintext connections
+        // too: Valkey answers a connection that is plaintext *to it* with
+        // the plain port, and where TLS ends in front of the node (a
+        // terminating proxy, the sandbox's TLS fronts) every client
+        // connection is such a one. With `port 0` nothing else is
+        // plaintext, so the extra announcement reaches no one else.
         let (port, tls_port) = if self.tls {
-            (0, self.client_port)
+            (self.client_port, self.client_port)
         } else {
             (self.client_port, 0)
         };
@@ -177,7 +183,7 @@ mod tests {
     }
 
     #[test]
-    fn tls_announces_the_tls_port() {
+    fn tls_announces_the_external_port_as_the_tls_port_and_the_plain_one() {
         let a = Announce {
             client_port: 31000,
             tls: true,
@@ -185,15 +191,35 @@ mod tests {
             ..Announce::default()
         };
         let s = a.settings(&Server::parse("9.0.0"));
-        assert_eq!(s[4], ("cluster-announce-client-port".into(), "0".into()));
+        assert_eq!(
+            s[4],
+            ("cluster-announce-client-port".into(), "31000".into())
+        );
         assert_eq!(
             s[5],
             ("cluster-announce-client-tls-port".into(), "31000".into())
         );
         let conf = config("c-0-0", &a, &Server::parse("9.0.0"), &[]);
-        assert!(conf.contains("tls-port 6379\n") && conf.contains("port 0\n"));
-        assert!(conf.contains("cluster-announce-client-tls-port 31000\n"));
+        // Valkey's own TLS, pinned: clients, the bus and replication.
+        for line in [
+            "port 0\n",
+            "tls-port 6379\n",
+            "tls-cert-file /etc/valkey/tls/tls.crt\n",
+            "tls-key-file /etc/valkey/tls/tls.key\n",
+            "tls-ca-cert-file /etc/valkey/tls/ca.crt\n",
+            "tls-cluster yes\n",
+            "tls-replication yes\n",
+            "tls-auth-clients optional\n",
+            "cluster-announce-client-tls-port 31000\n",
+            "cluster-announce-client-port 31000\n",
+        ] {
+            assert!(conf.contains(line), "{line:?} missing from\n{conf}");
+        }
+        assert!(!conf.lines().any(|l| l == "port 6379"), "{conf}");
         assert!(conf.contains("cluster-announce-client-ipv4 127.0.0.1\n"));
+        // Nothing announced yet: no port at all, for either kind of client.
+        let conf = config("c-0-0", &Announce::none(true), &Server::parse("9.0.0"), &[]);
+        assert!(!conf.contains("announce-client"), "{conf}");
     }
 
     #[test]

@@ -151,7 +151,10 @@ fn check_workload(cluster: &Cluster, out: &mut Findings) {
     if let Some(secret) = &cluster.tls
         && !syntax::is_dns_subdomain(secret)
     {
-        out.error("spec.tls", format!("{secret:?} is not a valid Secret name"));
+        out.error(
+            "spec.tls.secretName",
+            format!("{secret:?} is not a valid Secret name"),
+        );
     }
     if let Some(resources) = &cluster.resources {
         for (section, list) in [

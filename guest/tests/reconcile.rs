@@ -434,7 +434,7 @@ fn enabling_changes_nothing_about_the_pod_template() {
 }
 
 #[test]
-fn tls_announces_the_client_tls_port() {
+fn tls_announces_the_external_port_for_tls_and_plaintext_connections() {
     let mut c = cluster(1, 0, Some(hostname_ea()));
     c.tls = Some("valkey-tls".into());
     let d = run(
@@ -449,7 +449,9 @@ fn tls_announces_the_client_tls_port() {
         announce(&d, 0, 0, "cluster-announce-client-tls-port"),
         "30500"
     );
-    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "0");
+    // Where TLS ends in front of the node, Valkey answers with the plain
+    // port: it is the external one too.
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "30500");
     assert!(d.nodes[0].config.contains("tls-port 6379\n"));
     assert_eq!(d.workload.tls_secret.as_deref(), Some("valkey-tls"));
 }
@@ -558,7 +560,7 @@ fn every_validation_error_names_its_field() {
     assert_eq!(field(c), ["spec.image"]);
     let mut c = cluster(1, 0, None);
     c.tls = Some("Not A Secret".into());
-    assert_eq!(field(c), ["spec.tls"]);
+    assert_eq!(field(c), ["spec.tls.secretName"]);
     let mut c = cluster(1, 0, None);
     c.resources = Some(Resources {
         requests: vec![("cpu".into(), "lots".into())],

@@ -162,6 +162,63 @@ pub async fn cluster_client_resolving(
     .await
 }
 
+/// A TLS connection to the one node at `seed` (`host:port`), trusting the
+/// CA `ca` (PEM) and verifying the certificate names `host`, which
+/// `resolver` turns into an address; with the test timeouts.
+pub async fn connect_tls(
+    seed: &str,
+    ca: &str,
+    login: Option<&Login>,
+    resolver: impl AsyncDNSResolver,
+) -> RedisResult<MultiplexedConnection> {
+    let mut info = format!("rediss://{seed}/").into_connection_info()?;
+    if let Some(l) = login {
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_username(&l.username)
+            .set_password(&l.password);
+        info = info.set_redis_settings(settings);
+    }
+    let client = redis::Client::build_with_tls(info, trusting(ca))?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_dns_resolver(resolver);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+/// [`cluster_client_resolving`] over TLS: every node's certificate must
+/// chain to `ca` (PEM) and name the host the client dials.
+pub async fn cluster_client_tls(
+    seed: &str,
+    ca: &str,
+    login: Option<&Login>,
+    resolver: impl AsyncDNSResolver,
+) -> RedisResult<ClusterConnection> {
+    let builder = ClusterClientBuilder::new(vec![format!("rediss://{seed}/")])
+        .certs(trusting(ca))
+        .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
+        .async_dns_resolver(resolver);
+    let builder = match login {
+        Some(l) => builder
+            .username(l.username.clone())
+            .password(l.password.clone()),
+        None => builder,
+    };
+    builder.build()?.get_async_connection().await
+}
+
+fn trusting(ca: &str) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.as_bytes().to_vec()),
+    }
+}
+
 fn cluster_builder(seed: &str, login: Option<&Login>) -> ClusterClientBuilder {
     let builder = ClusterClientBuilder::new(vec![format!("redis://{seed}/")])
         .connection_timeout(CONNECT_TIMEOUT)

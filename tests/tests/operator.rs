@@ -591,3 +591,72 @@ async fn a_failing_reconcile_is_told_in_status_once_and_metrics() {
     assert_eq!(state_metric("Degraded"), 0);
     op.stop().await;
 }
+
+/// A TLS cluster is served only with a usable TLS Secret: a missing one,
+/// or one whose key is not its certificate's, refuses the spec naming
+/// `spec.tls.secretName` (nothing applied, never Ready); once the Secret
+/// is right the cluster converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_waits_for_a_usable_tls_secret_and_is_never_ready_before() {
+    use shardgate_sandbox::certs::Authority;
+    let emu = emulator().await;
+    let op = Operator::start(&emu, "solo").await;
+    let mut c = cluster("secure", 1, 0, nodeport());
+    c["spec"]["tls"] = json!({"secretName": "secure-cert"});
+    create(&emu, c).await;
+    let message = |e: &Emulator| -> String {
+        status(e, "secure")["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Degraded"))
+            .map(|c| c["message"].as_str().unwrap_or("").to_string())
+            .unwrap_or_default()
+    };
+    eventually(&emu, "refused for the missing Secret", |e| {
+        message(e).contains("spec.tls.secretName") && message(e).contains("does not exist")
+    })
+    .await;
+    assert!(emu.list("statefulsets", Some(NS)).is_empty());
+    assert_ne!(
+        condition(&emu, "secure", "Ready").map(|c| c.0),
+        Some("True".into())
+    );
+
+    let ca = Authority::new("test CA").unwrap();
+    let names = ["*.example.com".to_string()];
+    let (good, other) = (ca.issue(&names).unwrap(), ca.issue(&names).unwrap());
+    let secret = |cert: &str, key: &str| {
+        use base64_encode as b64;
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "secure-cert", "namespace": NS},
+               "data": {"ca.crt": b64(ca.ca_pem()), "tls.crt": b64(cert), "tls.key": b64(key)}})
+    };
+    // The key of another certificate: still refused, saying so.
+    emu.create(secret(&good.cert, &other.key)).unwrap();
+    eventually(&emu, "refused for the mismatched key", |e| {
+        message(e).contains("spec.tls.secretName") && message(e).contains("is not the key")
+    })
+    .await;
+    assert!(emu.list("statefulsets", Some(NS)).is_empty());
+
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(emu.client().await.unwrap(), NS);
+    let fix = json!({"data": {"tls.key": base64_encode(&good.key)}});
+    secrets
+        .patch("secure-cert", &PatchParams::default(), &Patch::Merge(&fix))
+        .await
+        .unwrap();
+    eventually(&emu, "converged with the right Secret", |e| {
+        converged(e, "secure")
+    })
+    .await;
+    op.stop().await;
+}
+
+/// Base64 of `text`, as a Secret's `data` holds it.
+fn base64_encode(text: &str) -> String {
+    serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec()))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string()
+}

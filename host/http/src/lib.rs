@@ -27,6 +27,7 @@ use tracing::{debug, warn};
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+pub mod tls;
 
 /// Default [`Limits::handshake_timeout`].
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -54,9 +54,10 @@ pub struct ValkeyClusterSpec {
     /// Resources of each node's server container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
-    /// Serve TLS on 6379 with the certificate in this Secret (`tls.crt`,
-    /// `tls.key`, `ca.crt`); clients are told the TLS port. Not supported
-    /// yet: the operator refuses a cluster that sets it, naming this field.
+    /// Serve TLS only (clients, the cluster bus and replication) with the
+    /// certificate in this Secret (`tls.crt`, `tls.key`, `ca.crt`, as
+    /// cert-manager writes them). The operator connects over TLS trusting
+    /// `ca.crt`; a renewed certificate is loaded live, with no restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
     /// Make every node reachable from outside Kubernetes.

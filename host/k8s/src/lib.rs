@@ -19,6 +19,5 @@ pub mod owned_fields;
 pub mod prune;
 pub mod snapshot;
 pub mod status;
-pub mod unsupported;
 
 pub use client::client;

@@ -17,11 +17,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisConnectionInfo, Value};
+use redis::{AsyncConnectionConfig, RedisConnectionInfo, Value};
+use rustls_pki_types::CertificateDer;
 use shardgate_contract::model::SlotRange;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 use crate::announce;
 use crate::cluster_nodes::{self, View};
+use crate::tls::Trust;
 
 /// How long connecting to a node, and each command, may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -138,6 +143,42 @@ fn migration_states(reply: &Value) -> Vec<String> {
 pub struct NodeClient {
     node: SocketAddr,
     conn: MultiplexedConnection,
+    /// The leaf certificate the node served, over TLS.
+    served: Option<CertificateDer<'static>>,
+}
+
+/// An opened connection, before the Valkey protocol runs over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>, Option<CertificateDer<'static>>),
+}
+
+/// How to reach a node: who to log in as, whether over TLS, and how long
+/// connecting and each command may take.
+#[derive(Clone, Debug)]
+pub struct Dial {
+    pub login: Option<Login>,
+    /// TLS trusting these CAs, or plaintext.
+    pub tls: Option<Trust>,
+    pub timeout: Duration,
+}
+
+impl Default for Dial {
+    fn default() -> Self {
+        Dial {
+            login: None,
+            tls: None,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// Where a node's TLS files are mounted (the paths in its `valkey.conf`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: String,
+    pub key: String,
+    pub ca: String,
 }
 
 impl std::fmt::Debug for NodeClient {
@@ -149,40 +190,102 @@ impl std::fmt::Debug for NodeClient {
 }
 
 impl NodeClient {
-    /// Connects to the node at `node` (a pod IP and port 6379), with
-    /// [`DEFAULT_TIMEOUT`] for connecting and for each command.
+    /// Connects to the node at `node` (a pod IP and port 6379) in
+    /// plaintext, with [`DEFAULT_TIMEOUT`] for connecting and for each
+    /// command.
     pub async fn connect(node: SocketAddr, login: Option<&Login>) -> Result<Self> {
-        Self::connect_with_timeout(node, login, DEFAULT_TIMEOUT).await
+        let dial = Dial {
+            login: login.cloned(),
+            ..Dial::default()
+        };
+        Self::dial(node, &dial).await
     }
 
-    /// Connects to the node at `node`, logged in as `login` when given, with
-    /// `timeout` for connecting and for each command.
-    pub async fn connect_with_timeout(
-        node: SocketAddr,
-        login: Option<&Login>,
-        timeout: Duration,
-    ) -> Result<Self> {
-        let info = (node.ip().to_string(), node.port())
-            .into_connection_info()
-            .map_err(|source| Error::Connect { node, source })?;
+    /// Connects to the node at `node` as `dial` says: logged in, over TLS,
+    /// with its timeout for connecting (TCP and the handshake) and for each
+    /// command.
+    pub async fn dial(node: SocketAddr, dial: &Dial) -> Result<Self> {
+        let connect_error = |source| Error::Connect { node, source };
         // No `CLIENT SETINFO` on connect: the operator's user may run only
         // the commands the operator needs.
         let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
-        if let Some(login) = login {
+        if let Some(login) = &dial.login {
             settings = settings
                 .set_username(&login.username)
                 .set_password(&login.password);
         }
-        let client = redis::Client::open(info.set_redis_settings(settings))
-            .map_err(|source| Error::Connect { node, source })?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout));
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&config)
+        let config = AsyncConnectionConfig::new().set_response_timeout(Some(dial.timeout));
+        let opened = tokio::time::timeout(dial.timeout, async {
+            let tcp = TcpStream::connect(node).await?;
+            tcp.set_nodelay(true)?;
+            match &dial.tls {
+                None => Ok(Stream::Plain(tcp)),
+                Some(trust) => trust.handshake(node.ip(), tcp).await.map(|tls| {
+                    let served = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+                    let served = served.map(|c| c.clone().into_owned());
+                    Stream::Tls(Box::new(tls), served)
+                }),
+            }
+        })
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))
+        .and_then(|r| r)
+        .map_err(|e| connect_error(e.into()))?;
+        let (conn, served) = match opened {
+            Stream::Plain(tcp) => (Self::drive(&settings, tcp, config).await, None),
+            Stream::Tls(tls, served) => (Self::drive(&settings, *tls, config).await, served),
+        };
+        Ok(NodeClient {
+            node,
+            conn: conn.map_err(connect_error)?,
+            served,
+        })
+    }
+
+    /// Logs in on `stream` and runs the connection's driver in its own task.
+    async fn drive<S>(
+        settings: &RedisConnectionInfo,
+        stream: S,
+        config: AsyncConnectionConfig,
+    ) -> redis::RedisResult<MultiplexedConnection>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (conn, driver) =
+            MultiplexedConnection::new_with_config(settings, stream, config).await?;
+        tokio::spawn(driver);
+        Ok(conn)
+    }
+
+    /// The certificate the node served in the TLS handshake (its leaf);
+    /// `None` in plaintext.
+    pub fn served_certificate(&self) -> Option<&CertificateDer<'static>> {
+        self.served.as_ref()
+    }
+
+    /// Makes the node load its TLS certificate, key and CA files again
+    /// (`CONFIG SET` of the same paths: Valkey rereads the files even when
+    /// a path is unchanged), so a renewed certificate is served with no
+    /// restart. Valkey keeps the old ones if the new files do not load.
+    pub async fn reload_tls(&mut self, files: &TlsFiles) -> Result<()> {
+        let settings = [
+            ("tls-cert-file", files.cert.as_str()),
+            ("tls-key-file", files.key.as_str()),
+            ("tls-ca-cert-file", files.ca.as_str()),
+        ];
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET");
+        for (key, value) in settings {
+            cmd.arg(key).arg(value);
+        }
+        cmd.query_async::<()>(&mut self.conn)
             .await
-            .map_err(|source| Error::Connect { node, source })?;
-        Ok(NodeClient { node, conn })
+            .map_err(|source| Error::Rejected {
+                node: self.node,
+                setting: settings.map(|(k, _)| k).join(" "),
+                value: files.cert.clone(),
+                source,
+            })
     }
 
     /// The address this client is connected to.

@@ -6,6 +6,7 @@
 //! - [`cluster_nodes`]: parsing a node's `CLUSTER NODES` and `INFO`.
 //! - [`Nodes`]: one cluster's answering nodes, the facts the guest plans
 //!   from, and the steps of its plan run against them.
+//! - [`tls`]: whom a TLS connection to a node trusts (the cluster's CA).
 //!
 //! Nothing here knows Kubernetes: the caller says which nodes to reach, by
 //! index and pod IP.
@@ -14,6 +15,10 @@ pub mod announce;
 pub mod client;
 pub mod cluster_nodes;
 pub mod nodes;
+pub mod tls;
 
-pub use client::{BUS_PORT, CLIENT_PORT, DEFAULT_TIMEOUT, Error, Facts, Login, NodeClient, Result};
-pub use nodes::{AclSync, Nodes, StepError, describe};
+pub use client::{
+    BUS_PORT, CLIENT_PORT, DEFAULT_TIMEOUT, Dial, Error, Facts, Login, NodeClient, Result, TlsFiles,
+};
+pub use nodes::{AclSync, Nodes, StepError, TlsSync, describe};
+pub use tls::{Trust, TrustError};

@@ -13,7 +13,8 @@ use std::time::Duration;
 use shardgate_contract::model::{Desired, NodeRef, Step, ValkeyNode};
 use tracing::{debug, info};
 
-use crate::client::{self as valkey, CLIENT_PORT, Login, NodeClient};
+use crate::client::{self as valkey, CLIENT_PORT, Dial, NodeClient, TlsFiles};
+use rustls_pki_types::CertificateDer;
 
 /// How long connecting to a node and each command may take in a reconcile.
 pub const TIMEOUT: Duration = Duration::from_secs(2);
@@ -36,15 +37,15 @@ impl Nodes {
     /// Connects to every target (a node and its pod IP) and reads its
     /// facts, all at once. A node that does not answer is left out (the
     /// guest then plans around it) and logged.
-    /// Each node is logged in to as `login` when given.
+    /// Each node is reached as `dial` says.
     pub async fn observe(
         targets: impl IntoIterator<Item = (NodeRef, IpAddr)>,
-        login: Option<&Login>,
+        dial: &Dial,
     ) -> Self {
         let answers = futures::future::join_all(targets.into_iter().map(|(at, ip)| async move {
             let at = (at.shard, at.node);
             let addr = SocketAddr::new(ip, CLIENT_PORT);
-            let mut client = NodeClient::connect_with_timeout(addr, login, TIMEOUT).await?;
+            let mut client = NodeClient::dial(addr, dial).await?;
             let f = client.facts().await?;
             Ok::<_, valkey::Error>((at, ip, client, f))
         }))
@@ -170,6 +171,27 @@ impl Nodes {
         Ok(sync)
     }
 
+    /// Makes every node serve `wanted` (the leaf of the cluster Secret's
+    /// `tls.crt`): a node that served another certificate in this
+    /// reconcile's handshake reloads its TLS files. The files are the
+    /// kubelet's copy of the Secret, which may lag; such a node is counted
+    /// as waiting and looked at again.
+    pub async fn sync_tls(
+        &mut self,
+        wanted: &CertificateDer<'_>,
+        files: &TlsFiles,
+    ) -> Result<TlsSync, valkey::Error> {
+        let mut sync = TlsSync::default();
+        for a in self.nodes.values_mut() {
+            if a.client.served_certificate().is_none_or(|c| c == wanted) {
+                continue;
+            }
+            a.client.reload_tls(files).await?;
+            sync.reloaded += 1;
+        }
+        Ok(sync)
+    }
+
     /// Runs step `index` of a plan over the Valkey protocol. `Restart` is
     /// the caller's (it deletes a Pod).
     pub async fn run_step(&mut self, index: usize, step: &Step) -> Result<(), StepError> {
@@ -232,6 +254,14 @@ pub struct AclSync {
     pub loaded: usize,
     /// Nodes whose aclfile is not the new revision yet.
     pub waiting: usize,
+}
+
+/// What [`Nodes::sync_tls`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlsSync {
+    /// Nodes that served an older certificate and were told to reload;
+    /// whether they serve the new one shows at the next handshake.
+    pub reloaded: usize,
 }
 
 /// A plan step that failed.

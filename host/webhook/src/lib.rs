@@ -108,10 +108,6 @@ fn decide(
     if cluster.metadata.namespace.is_none() {
         cluster.metadata.namespace = request.namespace.clone();
     }
-    let unsupported = shardgate_k8s::unsupported::violations(&cluster);
-    if !unsupported.is_empty() {
-        return response.deny(errors(&unsupported));
-    }
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let others: Vec<String> = clusters

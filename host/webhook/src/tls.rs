@@ -6,97 +6,20 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 pub use shardgate_http::Limits;
+use shardgate_http::tls::ReloadingCert;
+pub use shardgate_http::tls::TlsFiles;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-use tracing::{info, warn};
 
 /// How often the certificate files are checked for renewal.
 const RELOAD_EVERY: Duration = Duration::from_secs(30);
-
-/// The server certificate chain and its private key, PEM files.
-#[derive(Clone, Debug)]
-pub struct TlsFiles {
-    /// The certificate chain, leaf first.
-    pub cert: PathBuf,
-    /// The private key of the leaf certificate.
-    pub key: PathBuf,
-}
-
-impl TlsFiles {
-    fn load(&self) -> anyhow::Result<CertifiedKey> {
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&self.cert)
-            .with_context(|| format!("reading {}", self.cert.display()))?
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("parsing {}", self.cert.display()))?;
-        if certs.is_empty() {
-            anyhow::bail!("{} holds no certificate", self.cert.display());
-        }
-        let key = PrivateKeyDer::from_pem_file(&self.key)
-            .with_context(|| format!("reading the private key {}", self.key.display()))?;
-        let provider = rustls::crypto::ring::default_provider();
-        CertifiedKey::from_der(certs, key, &provider).with_context(|| {
-            format!(
-                "{} does not match {}",
-                self.key.display(),
-                self.cert.display()
-            )
-        })
-    }
-
-    fn modified(&self) -> Option<(SystemTime, SystemTime)> {
-        let m = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        Some((m(&self.cert)?, m(&self.key)?))
-    }
-}
-
-/// Serves the current certificate; a background task swaps in renewed
-/// files. A renewal that fails to load keeps the old certificate (and says
-/// so).
-#[derive(Debug)]
-struct Reloading {
-    current: RwLock<Arc<CertifiedKey>>,
-}
-
-impl ResolvesServerCert for Reloading {
-    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.read().unwrap().clone())
-    }
-}
-
-fn watch(files: TlsFiles, resolver: Arc<Reloading>) {
-    tokio::spawn(async move {
-        let mut seen = files.modified();
-        loop {
-            tokio::time::sleep(RELOAD_EVERY).await;
-            let now = files.modified();
-            if now == seen {
-                continue;
-            }
-            match files.load() {
-                Ok(key) => {
-                    *resolver.current.write().unwrap() = Arc::new(key);
-                    seen = now;
-                    info!(cert = %files.cert.display(), "reloaded the serving certificate");
-                }
-                Err(e) => {
-                    warn!(error = %format!("{e:#}"), "renewed certificate not loaded; keeping the old one")
-                }
-            }
-        }
-    });
-}
 
 /// One accepted TLS connection; it holds one of the listener's
 /// [`Limits::max_connections`] slots until dropped.
@@ -125,11 +48,7 @@ impl TlsListener {
         files: TlsFiles,
         limits: Limits,
     ) -> anyhow::Result<Self> {
-        let key = files.load()?;
-        let resolver = Arc::new(Reloading {
-            current: RwLock::new(Arc::new(key)),
-        });
-        watch(files, resolver.clone());
+        let resolver = ReloadingCert::watch(files, RELOAD_EVERY)?;
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))

@@ -150,8 +150,13 @@ fn tell(
             ready.username, ready.password_secret
         );
         if let (Some(first), Some(password)) = (ready.endpoints.first(), &ready.password) {
+            let tls = ready
+                .ca_file
+                .as_ref()
+                .map(|ca| format!(" --tls --cacert {}", ca.display()))
+                .unwrap_or_default();
             println!(
-                "Connect: VALKEYCLI_AUTH='{password}' valkey-cli -c -h {} -p {} --user {}",
+                "Connect: VALKEYCLI_AUTH='{password}' valkey-cli -c -h {} -p {} --user {}{tls}",
                 first.address.ip(),
                 first.port,
                 ready.username

@@ -77,6 +77,7 @@
 //! statuses in the Pod status.
 
 mod spec;
+pub mod tls_front;
 mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -188,6 +189,9 @@ struct Process {
     probe_failures: u32,
     /// Killed through [`Kubelet::kill`]: its exit is not an error.
     killed: bool,
+    /// The TLS front of a server whose conf asks for TLS; it goes with
+    /// the process.
+    front: Option<tls_front::Front>,
 }
 
 /// Errors by pod: a pod's error is recorded once until it changes or the
@@ -666,7 +670,7 @@ impl Shared {
             pod_ip: rt.ip,
             host_ip: rt.host_ip,
         };
-        let launch = spec::launch(
+        let mut launch = spec::launch(
             container,
             &facts,
             &self.options.valkey_server,
@@ -674,8 +678,14 @@ impl Shared {
             &rt.dir,
         )?;
         volumes::materialize(&self.emu, &self.options.namespace, pod, &rt.dir, &mounts)?;
-        spawn(&launch, &rt.dir.join(LOG_FILE))
-            .map_err(|e| format!("starting {}: {e}", launch.program.display()))
+        let tls = tls_plan(&launch)?;
+        if tls.is_some() {
+            launch.args.extend(tls_front::plaintext_args());
+        }
+        let mut process = spawn(&launch, &rt.dir.join(LOG_FILE))
+            .map_err(|e| format!("starting {}: {e}", launch.program.display()))?;
+        process.front = tls.map(|plan| tls_front::Front::start(rt.ip, plan));
+        Ok(process)
     }
 
     /// Runs the readiness probes that are due, concurrently.
@@ -785,6 +795,16 @@ fn fresh_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)
 }
 
+/// What TLS the server's config file (its first argument that is not an
+/// option) asks for; see [`tls_front`].
+fn tls_plan(launch: &Launch) -> Result<Option<tls_front::Plan>, String> {
+    let Some(conf) = launch.args.first().filter(|a| !a.starts_with("--")) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(conf).map_err(|e| format!("reading {conf}: {e}"))?;
+    tls_front::plan(&text).map_err(|e| format!("{conf}: {e}"))
+}
+
 /// Starts the process, its output appended to `log`. It is SIGKILLed if its
 /// handle is dropped.
 fn spawn(launch: &Launch, log: &Path) -> std::io::Result<Process> {
@@ -818,6 +838,7 @@ fn spawn(launch: &Launch, log: &Path) -> std::io::Result<Process> {
         last_probe: None,
         probe_failures: 0,
         killed: false,
+        front: None,
     })
 }
 

@@ -13,6 +13,9 @@
 //!   Services as TCP listeners on loopback addresses, forwarding each connection to the one pod the
 //!   Service port selects.
 //! - [`server_binary`] finds the `valkey-server` to run.
+//! - [`certs`] is the certificate authority that issues (and renews) a TLS
+//!   cluster's Secret, as cert-manager would; the kubelet puts a TLS front
+//!   before each such pod's plaintext server ([`kubelet::tls_front`]).
 //! - [`stack`] puts them together with the emulator and the real operator
 //!   loop for one ValkeyCluster: `shardgate sandbox`.
 //!
@@ -21,6 +24,7 @@
 //! network setup. There are no namespaces, cgroups or images; each module
 //! documents what it models and what it does not.
 
+pub mod certs;
 mod ip_pool;
 pub mod kubelet;
 pub mod nodes;

@@ -9,7 +9,7 @@
 //! equals `CLUSTER MYID` at the node's pod IP.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,12 +22,15 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
 use shardgate_contract::{auth, names};
 use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_operator::{self as operator, Metrics, Options as OperatorOptions};
-use shardgate_valkey::{CLIENT_PORT, Login, NodeClient};
+use shardgate_valkey::{CLIENT_PORT, Dial, Login, NodeClient, Trust};
 use shardgate_wasm::{Engine, Limits, Reconciler};
 
+use crate::certs::Authority;
 use crate::kubelet::{Kubelet, KubeletOptions};
 use crate::nodes::{MAX_NODES, SandboxNode, sandbox_nodes};
 use crate::proxy::{Proxy, ProxyOptions};
@@ -99,6 +102,9 @@ pub struct Ready {
     pub password: Option<String>,
     /// Where the password is: `<namespace>/<cluster>-users`, key `default`.
     pub password_secret: String,
+    /// A TLS cluster's CA certificate, for clients to verify the nodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
     /// Seconds from start to ready.
     pub seconds: f64,
 }
@@ -117,6 +123,97 @@ pub struct Sandbox {
     namespace: String,
     options: Options,
     started: Instant,
+    /// The CA that issued a TLS cluster's Secret.
+    tls: Option<SandboxTls>,
+}
+
+/// A TLS cluster's certificate authority, the names it certifies, and
+/// where the CA certificate is written for clients.
+struct SandboxTls {
+    authority: Authority,
+    names: Vec<String>,
+    secret: String,
+    ca_file: PathBuf,
+}
+
+impl SandboxTls {
+    /// Makes a CA, writes its certificate to `<work_dir>/tls/ca.crt` and
+    /// creates Secret `secret` (unless it exists: then it is the user's
+    /// and left alone) with a certificate for every name a client may
+    /// dial: `*.<domain>` of hostname mode, `localhost`, and every
+    /// loopback address the sandbox serves on.
+    async fn issue(
+        client: &kube::Client,
+        namespace: &str,
+        secret: &str,
+        cluster: &ValkeyCluster,
+        options: &Options,
+    ) -> anyhow::Result<Self> {
+        let authority = Authority::new("shardgate sandbox CA")?;
+        let mut names = Vec::new();
+        if let Some(domain) = cluster
+            .spec
+            .external_access
+            .as_ref()
+            .and_then(|ea| ea.domain.as_deref())
+        {
+            names.push(format!("*.{domain}"));
+        }
+        names.push("localhost".into());
+        names.push("127.0.0.1".into());
+        for n in options.node_list() {
+            names.push(n.internal_ip.to_string());
+            names.push(n.external_ip.to_string());
+        }
+        let lb = options.load_balancer_network.octets();
+        names.extend((0..64).map(|s| Ipv4Addr::new(lb[0], lb[1], lb[2], s).to_string()));
+        let dir = options.work_dir.join("tls");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let ca_file = dir.join("ca.crt");
+        std::fs::write(&ca_file, authority.ca_pem())
+            .with_context(|| format!("writing {}", ca_file.display()))?;
+        let me = SandboxTls {
+            authority,
+            names,
+            secret: secret.into(),
+            ca_file,
+        };
+        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        if api.get_opt(secret).await?.is_none() {
+            api.create(&PostParams::default(), &me.secret_object()?)
+                .await
+                .with_context(|| format!("creating Secret {secret}"))?;
+        }
+        Ok(me)
+    }
+
+    /// The Secret with a newly issued certificate and key.
+    fn secret_object(&self) -> anyhow::Result<Secret> {
+        let issued = self.authority.issue(&self.names)?;
+        let data = [
+            ("ca.crt", self.authority.ca_pem().to_string()),
+            ("tls.crt", issued.cert),
+            ("tls.key", issued.key),
+        ];
+        Ok(Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(self.secret.clone()),
+                ..Default::default()
+            },
+            type_: Some("kubernetes.io/tls".into()),
+            data: Some(
+                data.into_iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
+                    .collect(),
+            ),
+            ..Default::default()
+        })
+    }
+
+    /// How the sandbox's checks trust the nodes.
+    fn trust(&self) -> anyhow::Result<Trust> {
+        Ok(Trust::from_pem(self.authority.ca_pem().as_bytes())?)
+    }
 }
 
 impl Sandbox {
@@ -134,12 +231,6 @@ impl Sandbox {
             .collect();
         if !errors.is_empty() {
             bail!("the cluster spec is invalid:\n{}", errors.join("\n"));
-        }
-        if cluster.spec.tls.is_some() {
-            bail!(
-                "spec.tls: the sandbox does not run TLS clusters (the operator cannot manage \
-                 them yet); remove spec.tls"
-            );
         }
         if !(1..=MAX_NODES).contains(&options.nodes) {
             bail!(
@@ -164,6 +255,13 @@ impl Sandbox {
         );
         let client = emu.client().await?;
         let nodes = options.node_list();
+        let tls = match &cluster.spec.tls {
+            Some(spec) => Some(
+                SandboxTls::issue(&client, &namespace, &spec.secret_name, &cluster, &options)
+                    .await?,
+            ),
+            None => None,
+        };
         // The kubelet registers the nodes (their `Node` objects) as it
         // starts, and schedules pending pods onto them on every tick.
         let kubelet = Kubelet::start(
@@ -228,6 +326,7 @@ impl Sandbox {
             namespace,
             options,
             started,
+            tls,
         })
     }
 
@@ -311,17 +410,42 @@ impl Sandbox {
         secret_value(&self.emu, &self.namespace, name, key)
     }
 
-    /// How the operator logs in to the nodes (its system user), for the
-    /// readiness check's `CLUSTER MYID`.
-    fn operator_login(&self) -> anyhow::Result<Login> {
+    /// How the operator reaches the nodes (its system user, TLS trusting
+    /// the cluster's CA), for the readiness check's `CLUSTER MYID`.
+    fn operator_dial(&self) -> anyhow::Result<Dial> {
         let system = names::system_secret(&self.name);
         let password = self
             .secret_value(&system, auth::OPERATOR_KEY)
             .with_context(|| format!("Secret {system} has no operator password yet"))?;
-        Ok(Login {
-            username: auth::OPERATOR_USER.into(),
-            password,
+        Ok(Dial {
+            login: Some(Login {
+                username: auth::OPERATOR_USER.into(),
+                password,
+            }),
+            tls: self.tls.as_ref().map(SandboxTls::trust).transpose()?,
+            timeout: Duration::from_secs(2),
         })
+    }
+
+    /// A TLS cluster's CA certificate file (`<work_dir>/tls/ca.crt`).
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|t| t.ca_file.as_path())
+    }
+
+    /// Renews a TLS cluster's certificate as cert-manager does: a new key
+    /// and certificate from the same CA, written over the Secret's
+    /// `tls.crt` and `tls.key`. Returns the new `tls.crt`.
+    pub async fn renew_certificate(&self) -> anyhow::Result<String> {
+        let tls = self.tls.as_ref().context("the cluster has no spec.tls")?;
+        let secret = tls.secret_object()?;
+        let cert = secret.data.as_ref().and_then(|d| d.get("tls.crt")).cloned();
+        Api::<Secret>::namespaced(self.client.clone(), &self.namespace)
+            .replace(&tls.secret, &PostParams::default(), &secret)
+            .await
+            .with_context(|| format!("renewing Secret {}", tls.secret))?;
+        Ok(String::from_utf8(
+            cert.context("issued without tls.crt")?.0,
+        )?)
     }
 
     /// Waits until the cluster is ready (see the module docs) and returns
@@ -361,6 +485,7 @@ impl Sandbox {
             username: auth::DEFAULT_USER.into(),
             password: self.secret_value(&users, auth::DEFAULT_USER),
             password_secret: format!("{}/{users} key {}", self.namespace, auth::DEFAULT_USER),
+            ca_file: self.ca_file().map(Path::to_path_buf),
             seconds: self.started.elapsed().as_secs_f64(),
         })
     }
@@ -392,13 +517,13 @@ impl Sandbox {
                 });
             }
         }
-        let login = self.operator_login()?;
+        let dial = self.operator_dial()?;
         for e in &endpoints {
             let pod_ip = self
                 .pod_ip(e.shard, e.node)
                 .with_context(|| format!("shard {} node {} has no pod IP", e.shard, e.node))?;
-            let inside = my_id(SocketAddr::new(pod_ip, CLIENT_PORT), &login).await?;
-            let outside = my_id(e.address, &login).await?;
+            let inside = my_id(SocketAddr::new(pod_ip, CLIENT_PORT), &dial).await?;
+            let outside = my_id(e.address, &dial).await?;
             if inside != outside {
                 bail!(
                     "{}:{} ({}) reaches node {outside}, not shard {} node {} ({inside})",
@@ -428,8 +553,8 @@ impl Sandbox {
     }
 }
 
-async fn my_id(addr: SocketAddr, login: &Login) -> anyhow::Result<String> {
-    let mut c = NodeClient::connect_with_timeout(addr, Some(login), Duration::from_secs(2)).await?;
+async fn my_id(addr: SocketAddr, dial: &Dial) -> anyhow::Result<String> {
+    let mut c = NodeClient::dial(addr, dial).await?;
     Ok(c.my_id().await?)
 }
 
@@ -438,7 +563,6 @@ async fn my_id(addr: SocketAddr, login: &Login) -> anyhow::Result<String> {
 pub fn secret_value(emu: &Emulator, namespace: &str, name: &str, key: &str) -> Option<String> {
     let secret = emu.get("secrets", namespace, name)?;
     let encoded = secret["data"][key].as_str()?;
-    let bytes: k8s_openapi::ByteString =
-        serde_json::from_value(Value::String(encoded.into())).ok()?;
+    let bytes: ByteString = serde_json::from_value(Value::String(encoded.into())).ok()?;
     String::from_utf8(bytes.0).ok()
 }

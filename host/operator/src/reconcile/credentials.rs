@@ -21,17 +21,29 @@ use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_k8s::credentials as creds;
 use shardgate_k8s::manager::FIELD_MANAGER;
 use shardgate_valkey::Login;
+use shardgate_valkey::tls::Material;
 
 use super::Error;
 use crate::context::Context;
 
-/// What a cluster's users need, or why the spec cannot be served yet.
-pub type Resolved = Result<Login, Vec<Violation>>;
+/// How the operator reaches a cluster's nodes, or why the spec cannot be
+/// served yet.
+pub type Resolved = Result<Access, Vec<Violation>>;
+
+/// How the operator reaches a cluster's nodes: logged in as its own system
+/// user, over TLS when the cluster serves TLS.
+#[derive(Clone, Debug)]
+pub struct Access {
+    pub login: Login,
+    /// The cluster's TLS Secret, checked.
+    pub tls: Option<Material>,
+}
 
 /// Fills `input`'s credentials and password digests, creating the
-/// generated Secrets that are missing; returns how the operator logs in.
-/// A missing password refuses the spec (nothing is applied) with an error
-/// naming the user's field.
+/// generated Secrets that are missing, and reads the TLS Secret; returns
+/// how the operator reaches the nodes. A missing password or an unusable
+/// TLS Secret refuses the spec (nothing is applied) with an error naming
+/// the field.
 pub async fn resolve(
     ctx: &Context,
     vc: &ValkeyCluster,
@@ -85,10 +97,42 @@ pub async fn resolve(
         operator: creds::digest(system.operator.as_bytes()),
         replication: creds::digest(system.replication.as_bytes()),
     };
-    Ok(Ok(Login {
-        username: auth::OPERATOR_USER.into(),
-        password: system.operator,
+    let tls = match tls(&api, vc).await? {
+        Ok(tls) => tls,
+        Err(v) => return Ok(Err(vec![v])),
+    };
+    Ok(Ok(Access {
+        login: Login {
+            username: auth::OPERATOR_USER.into(),
+            password: system.operator,
+        },
+        tls,
     }))
+}
+
+/// The cluster's TLS Secret (`spec.tls.secretName`, the user's or
+/// cert-manager's: read, never written), checked as Valkey would load it.
+async fn tls(
+    api: &Api<Secret>,
+    vc: &ValkeyCluster,
+) -> Result<Result<Option<Material>, Violation>, Error> {
+    let Some(spec) = &vc.spec.tls else {
+        return Ok(Ok(None));
+    };
+    let field = "spec.tls.secretName";
+    let Some(secret) = api.get_opt(&spec.secret_name).await? else {
+        return Ok(Err(violation(
+            field,
+            format!("Secret {} does not exist (yet)", spec.secret_name),
+        )));
+    };
+    let data = secret.data.unwrap_or_default();
+    let key = |k: &str| data.get(k).map(|v| v.0.as_slice());
+    Ok(
+        Material::from_secret(key("ca.crt"), key("tls.crt"), key("tls.key"))
+            .map(Some)
+            .map_err(|e| violation(field, format!("Secret {}: {e}", spec.secret_name))),
+    )
 }
 
 /// The Secret named like `new`, created from `new` if missing. One that

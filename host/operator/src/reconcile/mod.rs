@@ -105,18 +105,14 @@ pub fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> A
 }
 
 async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
-    let unsupported = shardgate_k8s::unsupported::violations(vc);
-    if !unsupported.is_empty() {
-        return status::refuse(vc, ctx, &unsupported, None).await;
-    }
     let (snapshot, mut input) = observe::objects(vc, ctx)?;
-    let login = match credentials::resolve(ctx, vc, &mut input).await? {
-        Ok(login) => login,
+    let access = match credentials::resolve(ctx, vc, &mut input).await? {
+        Ok(access) => access,
         Err(violations) => {
             return status::refuse(vc, ctx, &violations, Some(SECRET_RECHECK)).await;
         }
     };
-    let mut nodes = observe::valkey(ctx, vc, &snapshot, &login).await;
+    let mut nodes = observe::valkey(ctx, &snapshot, &access).await;
     let desired = match guest::call(ctx, input, nodes.as_ref()).await? {
         Ok(desired) => desired,
         Err(violations) => return status::refuse(vc, ctx, &violations, None).await,
@@ -125,7 +121,17 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     let acl_marker = credentials::deliver_acl(ctx, vc, &desired.acl).await?;
     let objects = convert::objects(vc, &desired);
     let applied = apply::run(ctx, vc, &objects).await?;
-    let reshaped = reshape::run(ctx, vc, &snapshot, nodes.as_mut(), &desired, &acl_marker).await?;
+    let served = access.tls.as_ref().map(|m| &m.leaf);
+    let reshaped = reshape::run(
+        ctx,
+        vc,
+        &snapshot,
+        nodes.as_mut(),
+        &desired,
+        &acl_marker,
+        served,
+    )
+    .await?;
     let deleted = prune::run(ctx, vc, &snapshot, &objects, reshaped.announce_spreading).await?;
     let changed = applied.changed + deleted;
     ctx.said.clear(&ObjectRef::from_obj(vc), "InvalidSpec");
@@ -218,7 +224,7 @@ fn next_look(
     } else if reshaping {
         let doublings = if reshaped.steps > 0 { 0 } else { waited.min(8) };
         (TOPOLOGY_FIRST_RECHECK * 2u32.pow(doublings)).min(TOPOLOGY_RECHECK)
-    } else if pending {
+    } else if pending || reshaped.tls_reloaded > 0 {
         PENDING_RECHECK
     } else {
         RESYNC
@@ -250,6 +256,7 @@ mod tests {
             steps,
             announce_spreading,
             acl_waiting: 0,
+            tls_reloaded: 0,
         };
         let ms = Duration::from_millis;
         // (formed, steps run, spreading, pending, looks that waited) => after
@@ -289,5 +296,13 @@ mod tests {
                 assert_eq!(look.after, TOPOLOGY_RECHECK, "fixed: one tick per phase");
             }
         }
+        // Nodes told to reload a renewed certificate whose files the
+        // kubelet may not have refreshed yet: looked at again while pending.
+        let reloading = reshape::Reshaped {
+            tls_reloaded: 2,
+            ..reshaped(0, false)
+        };
+        let look = next_look(&outcome(Some(true)), reloading, false, 0, Recheck::Adaptive);
+        assert_eq!(look.after, PENDING_RECHECK);
     }
 }

@@ -7,9 +7,10 @@ use shardgate_contract::model::Input;
 use shardgate_k8s::convert;
 use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_k8s::snapshot::Snapshot;
-use shardgate_valkey::{Login, Nodes};
+use shardgate_valkey::{Dial, Nodes};
 
 use super::Error;
+use super::credentials::Access;
 use crate::context::Context;
 
 /// The snapshot of what `vc` owns, and the guest's input built from it
@@ -25,24 +26,19 @@ pub fn objects(vc: &ValkeyCluster, ctx: &Context) -> Result<(Snapshot, Input), E
     Ok((snapshot, input))
 }
 
-/// The cluster's answering Valkey nodes, or `None` when the operator does
-/// not talk to Valkey for this cluster: it was told not to, or the cluster
-/// serves TLS only (the operator has no client certificate yet).
-/// Every node is logged in to as `login`.
-pub async fn valkey(
-    ctx: &Context,
-    vc: &ValkeyCluster,
-    snapshot: &Snapshot,
-    login: &Login,
-) -> Option<Nodes> {
-    if !manages_valkey(ctx.manage_valkey, vc) {
+/// The cluster's answering Valkey nodes, or `None` when the operator was
+/// told not to talk to Valkey. Every node is reached as `access` says: in
+/// TLS for a TLS cluster, trusting the cluster's CA.
+pub async fn valkey(ctx: &Context, snapshot: &Snapshot, access: &Access) -> Option<Nodes> {
+    if !ctx.manage_valkey {
         return None;
     }
-    Some(Nodes::observe(snapshot.valkey_targets(), Some(login)).await)
-}
-
-fn manages_valkey(allowed: bool, vc: &ValkeyCluster) -> bool {
-    allowed && vc.spec.tls.is_none()
+    let dial = Dial {
+        login: Some(access.login.clone()),
+        tls: access.tls.as_ref().map(|m| m.trust.clone()),
+        timeout: shardgate_valkey::nodes::TIMEOUT,
+    };
+    Some(Nodes::observe(snapshot.valkey_targets(), &dial).await)
 }
 
 /// The names of the other clusters in `namespace`, for the guest's
@@ -65,11 +61,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn cluster(namespace: &str, name: &str, tls: bool) -> ValkeyCluster {
+    fn cluster(namespace: &str, name: &str) -> ValkeyCluster {
         serde_json::from_value(json!({
             "apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": if tls { json!({"tls": {"secretName": "s"}}) } else { json!({}) },
+            "metadata": {"name": name, "namespace": namespace}, "spec": {},
         }))
         .unwrap()
     }
@@ -77,10 +72,10 @@ mod tests {
     #[test]
     fn the_other_clusters_are_those_of_the_namespace_but_this_one() {
         let all = [
-            cluster("a", "x", false),
-            cluster("a", "y", false),
-            cluster("b", "z", false),
-            cluster("a", "w", false),
+            cluster("a", "x"),
+            cluster("a", "y"),
+            cluster("b", "z"),
+            cluster("a", "w"),
         ];
         for (namespace, name, want) in [
             ("a", "x", vec!["y", "w"]),
@@ -93,18 +88,6 @@ mod tests {
                 want,
                 "{namespace}/{name}"
             );
-        }
-    }
-
-    #[test]
-    fn valkey_is_managed_when_allowed_and_plaintext() {
-        for (allowed, tls, want) in [
-            (true, false, true),
-            (true, true, false),
-            (false, false, false),
-            (false, true, false),
-        ] {
-            assert_eq!(manages_valkey(allowed, &cluster("a", "x", tls)), want);
         }
     }
 }

@@ -11,9 +11,11 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::events::EventType;
 use shardgate_contract::model::{Desired, NodeRef, Step};
+use shardgate_contract::paths;
 use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_k8s::snapshot::Snapshot;
-use shardgate_valkey::{Nodes, describe};
+use shardgate_valkey::tls::CertificateDer;
+use shardgate_valkey::{Nodes, TlsFiles, TlsSync, describe};
 use tracing::info;
 
 use super::{Error, events};
@@ -29,6 +31,10 @@ pub struct Reshaped {
     pub announce_spreading: bool,
     /// Nodes whose mounted aclfile is not the new revision yet.
     pub acl_waiting: usize,
+    /// Nodes that served an older certificate than the TLS Secret's and
+    /// were told to reload their files (which the kubelet may not have
+    /// refreshed yet).
+    pub tls_reloaded: usize,
 }
 
 /// Runs the stage on the answering `nodes`; nothing without them (the
@@ -40,6 +46,7 @@ pub async fn run(
     nodes: Option<&mut Nodes>,
     desired: &Desired,
     acl_marker: &str,
+    certificate: Option<&CertificateDer<'static>>,
 ) -> Result<Reshaped, Error> {
     let Some(nodes) = nodes else {
         return Ok(Reshaped::default());
@@ -47,6 +54,13 @@ pub async fn run(
     let acl = nodes.sync_acl(acl_marker).await?;
     if acl.loaded > 0 {
         info!(nodes = acl.loaded, "ACL reloaded live");
+    }
+    let tls = match certificate {
+        Some(wanted) => nodes.sync_tls(wanted, &tls_files()).await?,
+        None => TlsSync::default(),
+    };
+    if tls.reloaded > 0 {
+        info!(nodes = tls.reloaded, "TLS certificate reloaded live");
     }
     let settings = nodes.announce(desired).await?;
     if settings > 0 {
@@ -94,7 +108,19 @@ pub async fn run(
         steps: steps.len(),
         announce_spreading,
         acl_waiting: acl.waiting,
+        tls_reloaded: tls.reloaded,
     })
+}
+
+/// Where the guest mounts the TLS Secret in every node (its `valkey.conf`
+/// names the same files).
+fn tls_files() -> TlsFiles {
+    let file = |name: &str| format!("{}/{name}", paths::TLS_DIR);
+    TlsFiles {
+        cert: file("tls.crt"),
+        key: file("tls.key"),
+        ca: file("ca.crt"),
+    }
 }
 
 /// Sets the live `spec.config` settings on every node not yet given them
