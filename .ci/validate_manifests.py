@@ -134,7 +134,8 @@ Operator manifests, Helm chart, kustomize
       the same objects as deploy/operator (so chart and plain manifests cannot
       drift apart). With --include-crds the CRD equals deploy/crds/.
       Variants: watchNamespace and a lease name set (Role + RoleBinding in that
-      namespace instead of the cluster-wide pair, `--namespace NS`,
+      namespace instead of the cluster-wide pair, plus a ClusterRole +
+      ClusterRoleBinding for the nodes grant alone, `--namespace NS`,
       `--lease-name`, the Lease Role limited to that name); leader election off with one
       replica (no Lease Role, `--no-leader-election`); metrics Service off; and
       renders that must FAIL with a message naming the problem: leader
@@ -149,14 +150,23 @@ Operator manifests, Helm chart, kustomize
         apps statefulsets: get list watch create patch delete
         policy poddisruptionbudgets: get list watch create patch delete
         "" pods: get list watch delete
+        "" nodes: list watch (read-only, for nodeAddressType: ExternalIP)
         events.k8s.io events: create patch
         "" secrets: get create patch (by name; never list or watch)
-      and the Lease Role (namespaced, in the operator's namespace) grants exactly
+      where the nodes grant (cluster-scoped) is always in a ClusterRole bound by
+      a ClusterRoleBinding: the operator ClusterRole, or with watchNamespace a
+      ClusterRole of its own holding nothing else (the other grants stay in the
+      Role in that namespace); and the Lease Role (namespaced, in the
+      operator's namespace) grants exactly
         coordination.k8s.io leases: get create update patch
       (resourceNames, if used, only the lease name and never on create); no "*"
-      anywhere, no nonResourceURLs, no nodes, no other verbs; the
-      bindings reference those roles and bind exactly the operator's
-      ServiceAccount in the operator's namespace.
+      anywhere, no nonResourceURLs, no nodes/* or secrets/* subresources, no
+      other verbs; the bindings reference those roles and bind exactly the
+      operator's ServiceAccount in the operator's namespace.
+  R2  Self-test: broken copies of the plain manifests' RBAC (another verb on
+      nodes, a nodes/* subresource, nodes in a Role or bound by a RoleBinding,
+      nodes missing, nodes mixed into the watchNamespace variant's Role or
+      other grants into its nodes ClusterRole) are each rejected by R1.
   D1  The Deployment: replicas as configured (2 by default); the image
       ghcr.io/shardgate/shardgate:<version>; args start with `run` and carry
       `--log-format json`; POD_NAME and POD_NAMESPACE from the downward API;
@@ -242,6 +252,9 @@ EXPECTED_OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch", "delete"},
+    # Cluster-scoped, read-only: nodeAddressType: ExternalIP reads each node's
+    # ExternalIP (a kube-rs watcher: list + watch, never get or a write).
+    ("", "nodes"): {"list", "watch"},
     # Its own Secrets (generated passwords, the rendered ACL) and the users'
     # password Secrets, each read by name: never listed or watched.
     ("", "secrets"): {"get", "create", "patch"},
@@ -872,7 +885,7 @@ def rule_triples(role: dict, what: str, problems: list[str],
                 problems.append(f"{where}: wildcard in {field}: {values}")
         for g in groups:
             for r in resources:
-                if r == "nodes" or r.startswith(("secrets/", "nodes/")):
+                if r.startswith(("secrets/", "nodes/")):
                     problems.append(f"{where}: grants access to {r}, which the operator never uses")
                 if names:
                     wanted = (allowed_names or {}).get((g, r))
@@ -924,9 +937,10 @@ class Variant:
         if self.watch_namespace:
             c["Role"] += 1
             c["RoleBinding"] += 1
-        else:
-            c["ClusterRole"] += 1
-            c["ClusterRoleBinding"] += 1
+        # The operator's ClusterRole; with watchNamespace one holding only the
+        # (cluster-scoped) nodes grant.
+        c["ClusterRole"] += 1
+        c["ClusterRoleBinding"] += 1
         if self.leader_election:
             c["Role"] += 1
             c["RoleBinding"] += 1
@@ -985,6 +999,14 @@ def rbac_problems(objs: list[dict], v: Variant, what: str) -> list[str]:
                 problems.append(f"{what}: Lease permissions must be a Role in {v.namespace!r}, "
                                 f"found in {ident(role)}")
             lease_grants.setdefault(lease_key, set()).update(grants.pop(lease_key))
+        nodes_key = ("", "nodes")
+        if nodes_key in grants:
+            # Cluster-scoped: a Role or a RoleBinding could never grant them.
+            if role["kind"] != "ClusterRole" or b["kind"] != "ClusterRoleBinding":
+                problems.append(f"{what}: Node permissions must be a ClusterRole bound by a "
+                                f"ClusterRoleBinding (Nodes are cluster-scoped), found {ident(role)} "
+                                f"bound by {ident(b)}")
+            operator_grants.setdefault(nodes_key, set()).update(grants.pop(nodes_key))
         if grants:
             if v.watch_namespace:
                 if role["kind"] != "Role" or role_ns != v.watch_namespace:
@@ -1483,6 +1505,92 @@ def main() -> int:
     report.check("R1+D1 deploy/operator: least-privilege RBAC, Deployment, PDB, metrics Service",
                  lambda: operator_set_problems(plain_ops, Variant(namespace_object=True), version,
                                                "deploy/operator"))
+
+    def check_rbac_selftest():
+        watch_ns = "valkey-apps"
+
+        def find(objs: list[dict], kind: str, name: str) -> dict:
+            return next(o for o in objs if o.get("kind") == kind and get(o, "metadata", "name") == name)
+
+        def is_nodes(rule: dict) -> bool:
+            return rule.get("resources") == ["nodes"]
+
+        def scoped(objs: list[dict]) -> list[dict]:
+            """The watchNamespace layout the chart renders: the operator's rules as a
+            Role in watch_ns, the nodes rule alone in a ClusterRole "<name>-nodes"."""
+            objs = copy.deepcopy(objs)
+            role = find(objs, "ClusterRole", OPERATOR_NAME)
+            binding = find(objs, "ClusterRoleBinding", OPERATOR_NAME)
+            nodes_role = {**copy.deepcopy(role), "rules": [r for r in role["rules"] if is_nodes(r)]}
+            nodes_role["metadata"]["name"] = f"{OPERATOR_NAME}-nodes"
+            nodes_binding = copy.deepcopy(binding)
+            nodes_binding["metadata"]["name"] = nodes_binding["roleRef"]["name"] = f"{OPERATOR_NAME}-nodes"
+            role.update(kind="Role", rules=[r for r in role["rules"] if not is_nodes(r)])
+            role["metadata"]["namespace"] = watch_ns
+            binding["kind"], binding["roleRef"]["kind"] = "RoleBinding", "Role"
+            binding["metadata"]["namespace"] = watch_ns
+            return objs + [nodes_role, nodes_binding]
+
+        plain, plain_v = plain_ops, Variant(namespace_object=True)
+        ns_ops, ns_v = scoped(plain_ops), Variant(namespace_object=True, watch_namespace=watch_ns)
+
+        def mutate(base: list[dict], fn: Callable[[list[dict]], None]) -> list[dict]:
+            objs = copy.deepcopy(base)
+            fn(objs)
+            return objs
+
+        def op_rules(objs: list[dict]) -> list[dict]:
+            return find(objs, "ClusterRole", OPERATOR_NAME)["rules"]
+
+        def nodes_rule(objs: list[dict], kind: str = "ClusterRole", name: str = OPERATOR_NAME) -> dict:
+            return next(r for r in find(objs, kind, name)["rules"] if is_nodes(r))
+
+        def move_nodes_to_lease_role(objs: list[dict]) -> None:
+            rule = nodes_rule(objs)
+            op_rules(objs).remove(rule)
+            find(objs, "Role", f"{OPERATOR_NAME}-leader-election")["rules"].append(rule)
+
+        def nodes_in_namespaced_role(objs: list[dict]) -> None:
+            rule = nodes_rule(objs, "ClusterRole", f"{OPERATOR_NAME}-nodes")
+            find(objs, "Role", OPERATOR_NAME)["rules"].append(rule)
+            objs[:] = [o for o in objs if get(o, "metadata", "name") != f"{OPERATOR_NAME}-nodes"]
+
+        def nodes_bound_by_rolebinding(objs: list[dict]) -> None:
+            b = find(objs, "ClusterRoleBinding", f"{OPERATOR_NAME}-nodes")
+            b["kind"] = "RoleBinding"
+            b["metadata"]["namespace"] = watch_ns
+
+        cases: list[tuple[str, list[dict], Variant]] = [
+            ("get on nodes", mutate(plain, lambda o: nodes_rule(o)["verbs"].append("get")), plain_v),
+            ("patch on nodes", mutate(plain, lambda o: nodes_rule(o)["verbs"].append("patch")), plain_v),
+            ("only watch on nodes", mutate(plain, lambda o: nodes_rule(o).update(verbs=["watch"])), plain_v),
+            ("a nodes/proxy subresource", mutate(plain, lambda o: op_rules(o).append(
+                {"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]})), plain_v),
+            ("a nodes/status subresource", mutate(plain, lambda o: nodes_rule(o).update(
+                resources=["nodes", "nodes/status"])), plain_v),
+            ("resourceNames on nodes", mutate(plain, lambda o: nodes_rule(o).update(
+                resourceNames=["node-1"])), plain_v),
+            ("no nodes rule", mutate(plain, lambda o: op_rules(o).remove(nodes_rule(o))), plain_v),
+            ("nodes in the Lease Role", mutate(plain, move_nodes_to_lease_role), plain_v),
+            ("watchNamespace: nodes in the namespaced Role", mutate(ns_ops, nodes_in_namespaced_role), ns_v),
+            ("watchNamespace: the nodes ClusterRole bound by a RoleBinding",
+             mutate(ns_ops, nodes_bound_by_rolebinding), ns_v),
+            ("watchNamespace: services in the nodes ClusterRole", mutate(ns_ops, lambda o: find(
+                o, "ClusterRole", f"{OPERATOR_NAME}-nodes")["rules"].append(
+                {"apiGroups": [""], "resources": ["services"], "verbs": ["get"]})), ns_v),
+            ("watchNamespace: no nodes ClusterRole", mutate(ns_ops, lambda o: o.__setitem__(
+                slice(None), [x for x in o if get(x, "metadata", "name") != f"{OPERATOR_NAME}-nodes"])),
+             ns_v),
+        ]
+        problems = [f"R1 accepted RBAC with {name}" for name, objs, v in cases
+                    if not rbac_problems(objs, v, name)]
+        for name, objs, v in (("the plain manifests", plain, plain_v),
+                              ("their watchNamespace layout", ns_ops, ns_v)):
+            problems += [f"R1 rejected {name}: {p}" for p in rbac_problems(objs, v, name)]
+        return problems
+
+    report.check("R2 self-test: R1 rejects broken RBAC (nodes verbs, subresources, scope)",
+                 check_rbac_selftest)
 
     # ---- kustomize
     def check_kustomize():

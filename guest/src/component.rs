@@ -76,6 +76,22 @@ fn cluster(c: w::Cluster) -> m::Cluster {
                 w::EndpointType::Ip => m::EndpointType::Ip,
                 w::EndpointType::Hostname => m::EndpointType::Hostname,
             },
+            hostname_scope: match ea.hostname_scope {
+                w::HostnameScope::Shard => m::HostnameScope::Shard,
+                w::HostnameScope::Node => m::HostnameScope::Node,
+            },
+            node_address_type: match ea.node_address_type {
+                w::NodeAddressType::InternalIp => m::NodeAddressType::InternalIp,
+                w::NodeAddressType::ExternalIp => m::NodeAddressType::ExternalIp,
+            },
+            node_ports: ea.node_ports.map(|p| m::NodePorts {
+                base: p.base,
+                ports: p.ports,
+            }),
+            load_balancer_source_ranges: ea.load_balancer_source_ranges,
+            load_balancer_class: ea.load_balancer_class,
+            allocate_load_balancer_node_ports: ea.allocate_load_balancer_node_ports,
+            external_dns: ea.external_dns,
         }),
         users: c.users.into_iter().map(user_in).collect(),
         config: c.config,
@@ -209,6 +225,7 @@ fn observed_pod(p: w::ObservedPod) -> m::ObservedPod {
         shard: p.shard,
         node: p.node,
         host_ip: p.host_ip.map(ip_in),
+        node_external_ip: p.node_external_ip.map(ip_in),
         ready: p.ready,
         outdated: p.outdated,
     }
@@ -318,7 +335,6 @@ fn service_type_out(t: m::ServiceType) -> w::ServiceType {
 fn desired(d: m::Desired) -> w::Desired {
     w::Desired {
         labels: d.labels,
-        service_annotations: d.service_annotations,
         services: d
             .services
             .into_iter()
@@ -340,6 +356,10 @@ fn desired(d: m::Desired) -> w::Desired {
                         node_port: p.node_port,
                     })
                     .collect(),
+                annotations: s.annotations,
+                load_balancer_source_ranges: s.load_balancer_source_ranges,
+                load_balancer_class: s.load_balancer_class,
+                allocate_load_balancer_node_ports: s.allocate_load_balancer_node_ports,
             })
             .collect(),
         acl: d.acl,

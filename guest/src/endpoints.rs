@@ -3,8 +3,8 @@
 //! and the status all read these facts, so they can never disagree.
 
 use shardgate_contract::model::{
-    EndpointType, ExternalAccess, Ingress, IpAddress, Observed, ObservedPod, ObservedService,
-    ServiceType,
+    EndpointType, ExternalAccess, HostnameScope, Ingress, IpAddress, NodeAddressType, Observed,
+    ObservedPod, ObservedService, ServiceType,
 };
 use shardgate_contract::names;
 
@@ -22,6 +22,9 @@ pub enum Pending {
     NodePort,
     /// The node's pod is not scheduled, so its host IP is unknown.
     HostIp,
+    /// `nodeAddressType: ExternalIP`, and the pod's Kubernetes node has no
+    /// ExternalIP.
+    NodeExternalIp,
 }
 
 /// One node's external endpoint.
@@ -141,21 +144,27 @@ pub fn external(
 fn reachable(ea: &ExternalAccess, index: &Index<'_>, shard: u32, node: u32) -> External {
     let pod = index.pod(shard, node);
     let pod_ready = pod.is_some_and(|p| p.ready);
-    let domain_host = ea
-        .domain
-        .as_deref()
-        .map(|d| names::announce_hostname(&ea.hostname_prefix, shard, d));
+    let domain_host = ea.domain.as_deref().map(|d| match ea.hostname_scope {
+        HostnameScope::Shard => names::announce_hostname(&ea.hostname_prefix, shard, d),
+        HostnameScope::Node => names::node_hostname(&ea.hostname_prefix, shard, node, d),
+    });
     let wants_hostname = ea.preferred_endpoint_type == EndpointType::Hostname;
 
     match ea.service_type {
         ServiceType::NodePort => {
             let port = index.node_port(shard, node);
-            let client_ip = pod.and_then(|p| p.host_ip);
+            let scheduled = pod.and_then(|p| p.host_ip).is_some();
+            let client_ip = match ea.node_address_type {
+                NodeAddressType::InternalIp => pod.and_then(|p| p.host_ip),
+                NodeAddressType::ExternalIp => pod.and_then(|p| p.node_external_ip),
+            };
             let prefer_hostname = wants_hostname && domain_host.is_some();
             let pending = if port == 0 {
                 Some(Pending::NodePort)
-            } else if !prefer_hostname && client_ip.is_none() {
+            } else if !prefer_hostname && !scheduled {
                 Some(Pending::HostIp)
+            } else if !prefer_hostname && client_ip.is_none() {
+                Some(Pending::NodeExternalIp)
             } else {
                 None
             };

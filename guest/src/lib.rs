@@ -99,10 +99,8 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
 
     let mut desired_status = Status::default();
     let mut services = Vec::new();
-    let mut service_annotations = Vec::new();
     if let Some(ea) = ea {
-        services = services::shard_services(&cluster.name, ea, &index, &layout);
-        service_annotations = sorted(&ea.service_annotations);
+        services = services::shard_services(&cluster.name, ea, &index, &layout, nodes);
         desired_status.external_endpoints = Some(status::external_endpoints(
             ea.service_type,
             &externals,
@@ -124,7 +122,6 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
 
     Ok(Desired {
         labels: common_labels(&cluster.name),
-        service_annotations,
         services,
         workload: workload(cluster, restart_settings),
         acl: acl::render(cluster, &input.credentials, servers.oldest()),

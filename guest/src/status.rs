@@ -105,6 +105,15 @@ pub fn external_access_ready(externals: &[External]) -> Condition {
                 count(Pending::HostIp)
             ),
         )
+    } else if count(Pending::NodeExternalIp) > 0 {
+        (
+            "NoNodeExternalIP",
+            format!(
+                "{} of {total} nodes run on Kubernetes nodes without an ExternalIP address \
+                 (nodeAddressType: ExternalIP); nothing external is announced for them",
+                count(Pending::NodeExternalIp)
+            ),
+        )
     } else {
         let unready = externals.iter().filter(|e| !e.pod_ready).count();
         if unready > 0 {

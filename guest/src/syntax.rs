@@ -70,9 +70,47 @@ pub fn is_qualified_name(s: &str) -> bool {
         && b[b.len() - 1].is_ascii_alphanumeric()
 }
 
+/// A CIDR block as Kubernetes takes it: an IPv4 or IPv6 address and a
+/// prefix length that fits it (`203.0.113.0/24`, `2001:db8::/32`).
+pub fn is_cidr(s: &str) -> bool {
+    let Some((ip, bits)) = s.split_once('/') else {
+        return false;
+    };
+    let Ok(bits) = bits.parse::<u8>() else {
+        return false;
+    };
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => bits <= 32,
+        Ok(std::net::IpAddr::V6(_)) => bits <= 128,
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cidr_blocks() {
+        for good in [
+            "203.0.113.0/24",
+            "0.0.0.0/0",
+            "10.1.2.3/32",
+            "2001:db8::/32",
+        ] {
+            assert!(is_cidr(good), "{good}");
+        }
+        for bad in [
+            "203.0.113.0",
+            "203.0.113.0/33",
+            "2001:db8::/129",
+            "x/8",
+            "10.0.0.0/a",
+            "",
+        ] {
+            assert!(!is_cidr(bad), "{bad}");
+        }
+    }
     use shardgate_contract::names::port_name;
 
     #[test]

@@ -736,6 +736,7 @@ mod tests {
                 shard: f.shard,
                 node: f.node,
                 host_ip: None,
+                node_external_ip: None,
                 ready: true,
                 outdated: false,
             })
@@ -1097,6 +1098,7 @@ mod tests {
             shard: 1,
             node: 1,
             host_ip: None,
+            node_external_ip: None,
             ready: false,
             outdated: false,
         });

@@ -2,7 +2,8 @@
 
 use crate::syntax;
 use shardgate_contract::model::{
-    Cluster, EndpointType, ServiceType, Severity, TrafficPolicy, Violation,
+    Cluster, EndpointType, ExternalAccess, HostnameScope, NodeAddressType, NodePorts, ServiceType,
+    Severity, TrafficPolicy, Violation,
 };
 use shardgate_contract::{auth, names};
 
@@ -13,6 +14,9 @@ pub const MAX_SHARDS: i32 = 1000;
 pub const MAX_REPLICAS: i32 = 15;
 /// Ports in Kubernetes' default NodePort range (30000-32767).
 pub const DEFAULT_NODE_PORT_RANGE: u64 = 2768;
+/// The default NodePort range, which pins must lie in.
+pub const NODE_PORT_MIN: u32 = 30000;
+pub const NODE_PORT_MAX: u32 = 32767;
 /// The API server's limit on the total size of an object's annotations.
 pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 
@@ -226,7 +230,12 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
     }
     if (1..=MAX_SHARDS).contains(&cluster.shards) && prefix_ok {
         let last = cluster.shards as u32 - 1;
-        let label = ea.hostname_prefix.len() + 1 + syntax::digits(last);
+        let last_node = nodes_per_shard(cluster).saturating_sub(1);
+        let node_part = match ea.hostname_scope {
+            HostnameScope::Shard => 0,
+            HostnameScope::Node => 1 + syntax::digits(last_node),
+        };
+        let label = ea.hostname_prefix.len() + 1 + syntax::digits(last) + node_part;
         if label > syntax::MAX_LABEL {
             out.error(
                 format!("{EA}.hostnamePrefix"),
@@ -238,7 +247,12 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
                 ),
             );
         } else if let Some(domain) = ea.domain.as_deref().filter(|_| domain_ok) {
-            let host = names::announce_hostname(&ea.hostname_prefix, last, domain);
+            let host = match ea.hostname_scope {
+                HostnameScope::Shard => names::announce_hostname(&ea.hostname_prefix, last, domain),
+                HostnameScope::Node => {
+                    names::node_hostname(&ea.hostname_prefix, last, last_node, domain)
+                }
+            };
             if host.len() > syntax::MAX_DNS_NAME {
                 out.error(
                     format!("{EA}.domain"),
@@ -261,6 +275,13 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
                  characters of [A-Za-z0-9._-])",
             );
         }
+        if value.contains(crate::services::TEMPLATE_NODE) {
+            out.error(
+                format!("{EA}.serviceAnnotations[{key:?}]"),
+                "{node} is not available: each Service serves a whole shard; use {shard} or \
+                 {hostname}",
+            );
+        }
     }
     if annotation_bytes > MAX_ANNOTATIONS_BYTES {
         out.error(
@@ -277,14 +298,12 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
             "is required when preferredEndpointType is hostname",
         );
     }
-    if ea.external_traffic_policy == TrafficPolicy::Local {
-        out.warning(
-            format!("{EA}.externalTrafficPolicy"),
-            "Local sends a port's traffic only to a pod on the receiving Kubernetes node; each \
-             port has exactly one pod, so traffic to every other node is dropped. Use Local only \
-             if clients always reach the node that runs the pod",
-        );
+    if ea.external_traffic_policy == TrafficPolicy::Local
+        && let Some(why) = local_policy_drops(ea)
+    {
+        out.warning(format!("{EA}.externalTrafficPolicy"), why);
     }
+    check_exposure_options(cluster, ea, out);
     if ea.service_type == ServiceType::NodePort && (1..=MAX_SHARDS).contains(&cluster.shards) {
         let ports = cluster.shards as u64 * nodes_per_shard(cluster) as u64;
         if ports > DEFAULT_NODE_PORT_RANGE / 2 {
@@ -295,6 +314,150 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
                      {DEFAULT_NODE_PORT_RANGE} for the whole Kubernetes cluster"
                 ),
             );
+        }
+    }
+}
+
+/// Why `externalTrafficPolicy: Local` drops traffic in this mode, if it
+/// does. Each Service port has exactly one pod, and `Local` serves a port
+/// only on the Kubernetes node that runs it. NodePort `ip` mode announces
+/// that very node's address, so every client lands there and `Local` works
+/// (and keeps the client's source IP); a load balancer or a hostname may
+/// send a client to any node.
+pub fn local_policy_drops(ea: &ExternalAccess) -> Option<&'static str> {
+    match (ea.service_type, ea.preferred_endpoint_type) {
+        (ServiceType::NodePort, EndpointType::Ip) => None,
+        (ServiceType::NodePort, EndpointType::Hostname) => Some(
+            "Local serves a port only on the Kubernetes node that runs its pod, and an \
+             announced hostname may resolve to any node: traffic reaching another node is \
+             dropped. Use Local with hostnames only if each hostname resolves to the node \
+             running its pod; NodePort ip mode needs no such care",
+        ),
+        (ServiceType::LoadBalancer, _) => Some(
+            "Local serves a port only on the Kubernetes node that runs its pod, and the load \
+             balancer spreads a shard's traffic over every node with one of the shard's pods: \
+             traffic for a node's port that lands on another node is dropped",
+        ),
+    }
+}
+
+/// `nodePorts`, `nodeAddressType`, `hostnameScope`, `externalDNS` and the
+/// load-balancer settings.
+fn check_exposure_options(cluster: &Cluster, ea: &ExternalAccess, out: &mut Findings) {
+    const EA: &str = "spec.externalAccess";
+    let node_port = ea.service_type == ServiceType::NodePort;
+    if let Some(pins) = &ea.node_ports {
+        check_node_ports(cluster, pins, out);
+    }
+    if ea.node_address_type == NodeAddressType::ExternalIp
+        && (!node_port || ea.preferred_endpoint_type == EndpointType::Hostname)
+    {
+        out.warning(
+            format!("{EA}.nodeAddressType"),
+            "only NodePort ip mode announces a node address; it has no effect here",
+        );
+    }
+    if ea.hostname_scope == HostnameScope::Node && ea.domain.is_none() {
+        out.warning(
+            format!("{EA}.hostnameScope"),
+            "has no effect without domain: no hostname is announced",
+        );
+    }
+    if ea.external_dns && ea.domain.is_none() {
+        out.error(
+            format!("{EA}.externalDNS"),
+            "needs domain: external-dns is given the announced hostnames",
+        );
+    }
+    for (i, range) in ea.load_balancer_source_ranges.iter().enumerate() {
+        if !syntax::is_cidr(range) {
+            out.error(
+                format!("{EA}.loadBalancerSourceRanges[{i}]"),
+                format!("{range:?} is not a CIDR block such as 203.0.113.0/24"),
+            );
+        }
+    }
+    if let Some(class) = &ea.load_balancer_class
+        && !syntax::is_qualified_name(class)
+    {
+        out.error(
+            format!("{EA}.loadBalancerClass"),
+            format!("{class:?} is not a valid class name (e.g. example.com/lb)"),
+        );
+    }
+    if node_port {
+        for (set, field) in [
+            (
+                !ea.load_balancer_source_ranges.is_empty(),
+                "loadBalancerSourceRanges",
+            ),
+            (ea.load_balancer_class.is_some(), "loadBalancerClass"),
+            (
+                ea.allocate_load_balancer_node_ports.is_some(),
+                "allocateLoadBalancerNodePorts",
+            ),
+        ] {
+            if set {
+                out.warning(
+                    format!("{EA}.{field}"),
+                    "applies to serviceType LoadBalancer only; it has no effect here",
+                );
+            }
+        }
+    }
+}
+
+/// Pinned NodePorts: one way of pinning, every port in 30000-32767, none
+/// twice, and no entry for a shard or node the cluster does not have.
+fn check_node_ports(cluster: &Cluster, pins: &NodePorts, out: &mut Findings) {
+    const AT: &str = "spec.externalAccess.nodePorts";
+    if !(1..=MAX_SHARDS).contains(&cluster.shards) {
+        return;
+    }
+    let (shards, nodes) = (cluster.shards as u32, nodes_per_shard(cluster));
+    let in_range = |p: u32| (NODE_PORT_MIN..=NODE_PORT_MAX).contains(&p);
+    match (pins.base, pins.ports.is_empty()) {
+        (Some(_), false) => out.error(AT, "give base or ports, not both"),
+        (None, true) => out.error(AT, "give base or ports"),
+        (Some(base), true) => {
+            let last = base as u64 + shards as u64 * nodes as u64 - 1;
+            if !in_range(base) || last > NODE_PORT_MAX as u64 {
+                out.error(
+                    format!("{AT}.base"),
+                    format!(
+                        "{base}: the {} ports {base}-{last} must lie in {NODE_PORT_MIN}-{NODE_PORT_MAX}",
+                        shards * nodes
+                    ),
+                );
+            }
+        }
+        (None, false) => {
+            if pins.ports.len() > shards as usize {
+                out.error(
+                    format!("{AT}.ports"),
+                    format!("has {} shards; the cluster has {shards}", pins.ports.len()),
+                );
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for (s, row) in pins.ports.iter().enumerate() {
+                if row.len() > nodes as usize {
+                    out.error(
+                        format!("{AT}.ports[{s}]"),
+                        format!("has {} nodes; a shard has {nodes}", row.len()),
+                    );
+                }
+                for (n, &port) in row.iter().enumerate() {
+                    let field = format!("{AT}.ports[{s}][{n}]");
+                    if !in_range(port) {
+                        out.error(
+                            field,
+                            format!("{port} is outside {NODE_PORT_MIN}-{NODE_PORT_MAX}"),
+                        );
+                    } else if !seen.insert(port) {
+                        out.error(field, format!("{port} is pinned twice"));
+                    }
+                }
+            }
         }
     }
 }

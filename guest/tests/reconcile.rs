@@ -78,6 +78,7 @@ fn pod(shard: u32, node: u32, host: Option<u32>) -> ObservedPod {
         shard,
         node,
         host_ip: host.map(IpAddress::V4),
+        node_external_ip: None,
         ready: true,
         outdated: false,
     }
@@ -237,6 +238,7 @@ fn ipv6_host_ip_is_announced_as_client_ipv6() {
             shard: 0,
             node: 0,
             host_ip: Some(IpAddress::V6((0x2001_0db8_0000_0000, 1))),
+            node_external_ip: None,
             ready: true,
             outdated: false,
         }],
@@ -410,7 +412,7 @@ fn disabled_is_identical_to_absent() {
     let b = run(cluster(2, 1, None), observed);
     assert_eq!(a, b);
     assert!(a.services.is_empty());
-    assert!(a.service_annotations.is_empty());
+
     assert_eq!(a.status.external_endpoints, None);
     assert!(a.status.conditions.is_empty());
     for n in &a.nodes {
@@ -466,9 +468,18 @@ fn annotations_policy_and_labels() {
         external_traffic_policy: TrafficPolicy::Local,
         ..ExternalAccess::default()
     };
-    let d = run(cluster(1, 0, Some(ea)), Observed::default());
-    assert_eq!(d.service_annotations[0].0, "a.example.com/a");
+    let d = run(cluster(1, 0, Some(ea.clone())), Observed::default());
+    assert_eq!(d.services[0].annotations[0].0, "a.example.com/a");
     assert_eq!(d.services[0].external_traffic_policy, TrafficPolicy::Local);
+    // NodePort ip mode sends every client to its pod's own node: Local is
+    // right there (and keeps source IPs), so no warning.
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+    // A load balancer spreads a shard's traffic over nodes: Local drops.
+    let lb = ExternalAccess {
+        service_type: ServiceType::LoadBalancer,
+        ..ea
+    };
+    let d = run(cluster(1, 0, Some(lb)), Observed::default());
     let w: Vec<_> = d.warnings.iter().map(|w| w.field.as_str()).collect();
     assert_eq!(w, ["spec.externalAccess.externalTrafficPolicy"]);
     let keys: Vec<_> = d.labels.iter().map(|(k, _)| k.as_str()).collect();
@@ -592,6 +603,7 @@ fn every_validation_error_names_its_field() {
 fn validate_reports_warnings_and_errors_without_observed_state() {
     let ea = ExternalAccess {
         external_traffic_policy: TrafficPolicy::Local,
+        service_type: ServiceType::LoadBalancer,
         ..ExternalAccess::default()
     };
     let v = validate(&cluster(0, 0, Some(ea)));
@@ -817,4 +829,203 @@ fn config_is_set_live_or_rolled_and_written_for_restarts() {
     let d = run(c, Observed::default());
     assert_eq!(d.disruption_budget, None);
     assert!(d.live_settings.is_empty() && d.workload.restart_settings.is_empty());
+}
+
+#[test]
+fn every_exposure_option_error_names_its_field() {
+    let field = |ea: ExternalAccess| -> Vec<String> {
+        errors(cluster(2, 1, Some(ea)))
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect()
+    };
+    let pins = |base: Option<u32>, ports: Vec<Vec<u32>>| ExternalAccess {
+        node_ports: Some(NodePorts { base, ports }),
+        ..ExternalAccess::default()
+    };
+    let at = |f: &str| format!("spec.externalAccess.{f}");
+    // 2 shards x 2 nodes: the base's ports must all fit 30000-32767.
+    for (ea, want) in [
+        (pins(Some(30000), vec![]), vec![]),
+        (pins(Some(32764), vec![]), vec![]),
+        (pins(Some(32765), vec![]), vec![at("nodePorts.base")]),
+        (pins(Some(29999), vec![]), vec![at("nodePorts.base")]),
+        (pins(None, vec![]), vec![at("nodePorts")]),
+        (pins(Some(30000), vec![vec![30001]]), vec![at("nodePorts")]),
+        (pins(None, vec![vec![30001, 30002], vec![30003]]), vec![]),
+        (
+            pins(None, vec![vec![30001, 30001]]),
+            vec![at("nodePorts.ports[0][1]")],
+        ),
+        (
+            pins(None, vec![vec![80]]),
+            vec![at("nodePorts.ports[0][0]")],
+        ),
+        (
+            pins(None, vec![vec![30001, 30002, 30003]]),
+            vec![at("nodePorts.ports[0]")],
+        ),
+        (
+            pins(None, vec![vec![30001], vec![30002], vec![30003]]),
+            vec![at("nodePorts.ports")],
+        ),
+        (
+            ExternalAccess {
+                load_balancer_source_ranges: vec!["10.0.0.0/8".into(), "10.0.0.0".into()],
+                ..lb_ea()
+            },
+            vec![at("loadBalancerSourceRanges[1]")],
+        ),
+        (
+            ExternalAccess {
+                load_balancer_class: Some("not a class".into()),
+                ..lb_ea()
+            },
+            vec![at("loadBalancerClass")],
+        ),
+        (
+            ExternalAccess {
+                external_dns: true,
+                ..ExternalAccess::default()
+            },
+            vec![at("externalDNS")],
+        ),
+        (
+            ExternalAccess {
+                service_annotations: vec![("lb.example.com/name".into(), "n-{node}".into())],
+                ..ExternalAccess::default()
+            },
+            vec![at("serviceAnnotations[\"lb.example.com/name\"]")],
+        ),
+        (
+            ExternalAccess {
+                hostname_scope: HostnameScope::Node,
+                hostname_prefix: "a".repeat(60),
+                ..hostname_ea()
+            },
+            vec![at("hostnamePrefix")],
+        ),
+    ] {
+        assert_eq!(field(ea.clone()), want, "{ea:?}");
+    }
+}
+
+#[test]
+fn options_that_do_not_apply_are_warned_about_not_refused() {
+    let warned = |ea: ExternalAccess| -> Vec<String> {
+        run(cluster(1, 0, Some(ea)), Observed::default())
+            .warnings
+            .into_iter()
+            .map(|w| w.field)
+            .collect()
+    };
+    let lb_options_on_node_port = ExternalAccess {
+        load_balancer_class: Some("example.com/lb".into()),
+        allocate_load_balancer_node_ports: Some(false),
+        ..ExternalAccess::default()
+    };
+    assert_eq!(
+        warned(lb_options_on_node_port),
+        [
+            "spec.externalAccess.loadBalancerClass",
+            "spec.externalAccess.allocateLoadBalancerNodePorts"
+        ]
+    );
+    let external_ip_on_lb = ExternalAccess {
+        node_address_type: NodeAddressType::ExternalIp,
+        ..lb_ea()
+    };
+    assert_eq!(
+        warned(external_ip_on_lb),
+        ["spec.externalAccess.nodeAddressType"]
+    );
+    let node_scope_without_domain = ExternalAccess {
+        hostname_scope: HostnameScope::Node,
+        ..ExternalAccess::default()
+    };
+    assert_eq!(
+        warned(node_scope_without_domain),
+        ["spec.externalAccess.hostnameScope"]
+    );
+}
+
+#[test]
+fn external_ip_mode_announces_the_nodes_external_address_once_known() {
+    let ea = ExternalAccess {
+        node_address_type: NodeAddressType::ExternalIp,
+        ..ExternalAccess::default()
+    };
+    const EXTERNAL: u32 = 0xcb00_7107; // 203.0.113.7
+    let with_external = ObservedPod {
+        node_external_ip: Some(IpAddress::V4(EXTERNAL)),
+        ..pod(0, 0, Some(HOST))
+    };
+    let observed = |p: ObservedPod| Observed {
+        services: vec![ports(0, &[(0, 31000)])],
+        pods: vec![p],
+        valkey: None,
+    };
+    let d = run(cluster(1, 0, Some(ea.clone())), observed(with_external));
+    assert_eq!(
+        announce(&d, 0, 0, "cluster-announce-client-ipv4"),
+        "203.0.113.7"
+    );
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "31000");
+    let ready = &d.status.conditions[0];
+    assert_eq!(ready.reason, "EndpointsReady", "{ready:?}");
+    // A node without an ExternalIP: nothing announced (never the private
+    // InternalIP), and the condition says why.
+    let d = run(cluster(1, 0, Some(ea)), observed(pod(0, 0, Some(HOST))));
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-ipv4"), "");
+    assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "0");
+    assert_eq!(d.status.conditions[0].reason, "NoNodeExternalIP");
+}
+
+#[test]
+fn node_scope_hostnames_pins_and_load_balancer_settings_are_rendered() {
+    let ea = ExternalAccess {
+        hostname_scope: HostnameScope::Node,
+        node_ports: Some(NodePorts {
+            base: Some(30100),
+            ports: vec![],
+        }),
+        external_dns: true,
+        ..hostname_ea()
+    };
+    // Announced once the Service has its ports (the pins, applied).
+    let observed = Observed {
+        services: vec![ports(1, &[(0, 30102), (1, 30103)])],
+        ..Observed::default()
+    };
+    let d = run(cluster(2, 1, Some(ea)), observed);
+    let pinned: Vec<Vec<u32>> = d
+        .services
+        .iter()
+        .map(|s| s.ports.iter().map(|p| p.node_port).collect())
+        .collect();
+    assert_eq!(pinned, [[30100, 30101], [30102, 30103]]);
+    assert_eq!(
+        announce(&d, 1, 1, "cluster-announce-hostname"),
+        "shard-1-1.valkey.example.com"
+    );
+    assert_eq!(
+        d.services[1].annotations,
+        [(
+            "external-dns.alpha.kubernetes.io/hostname".to_string(),
+            "shard-1-0.valkey.example.com,shard-1-1.valkey.example.com".to_string()
+        )]
+    );
+    assert!(d.services[0].load_balancer_class.is_none());
+
+    let lb = ExternalAccess {
+        load_balancer_source_ranges: vec!["203.0.113.0/24".into()],
+        load_balancer_class: Some("example.com/lb".into()),
+        allocate_load_balancer_node_ports: Some(false),
+        ..lb_ea()
+    };
+    let d = run(cluster(1, 0, Some(lb)), Observed::default());
+    let s = &d.services[0];
+    assert_eq!(s.load_balancer_source_ranges, ["203.0.113.0/24"]);
+    assert_eq!(s.load_balancer_class.as_deref(), Some("example.com/lb"));
+    assert_eq!(s.allocate_load_balancer_node_ports, Some(false));
 }

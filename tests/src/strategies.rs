@@ -84,16 +84,59 @@ pub fn external_access() -> impl Strategy<Value = ExternalAccess> {
             prop_oneof![9 => "[a-z]{1,8}(\\.[a-z]{2,6}){1,2}", 1 => ".{0,10}"],
         ),
         prop_oneof![Just(EndpointType::Ip), Just(EndpointType::Hostname)],
+        exposure_options(),
     )
         .prop_map(
-            |(enabled, service_type, policy, annotations, prefix, domain, pref)| ExternalAccess {
-                enabled,
-                service_type,
-                external_traffic_policy: policy,
-                service_annotations: annotations,
-                hostname_prefix: prefix,
-                domain,
-                preferred_endpoint_type: pref,
+            |(enabled, service_type, policy, annotations, prefix, domain, pref, options)| {
+                ExternalAccess {
+                    enabled,
+                    service_type,
+                    external_traffic_policy: policy,
+                    service_annotations: annotations,
+                    hostname_prefix: prefix,
+                    domain,
+                    preferred_endpoint_type: pref,
+                    ..options
+                }
+            },
+        )
+}
+
+/// The options beyond the seed's: hostname scope, node address type,
+/// pinned NodePorts (valid and not), load-balancer settings, external-dns.
+fn exposure_options() -> impl Strategy<Value = ExternalAccess> {
+    let pins = prop_oneof![
+        (29990u32..32780).prop_map(|base| NodePorts {
+            base: Some(base),
+            ports: vec![],
+        }),
+        vec(vec(29990u32..32780, 0..4), 0..4).prop_map(|ports| NodePorts { base: None, ports }),
+    ];
+    (
+        prop_oneof![Just(HostnameScope::Shard), Just(HostnameScope::Node)],
+        prop_oneof![
+            Just(NodeAddressType::InternalIp),
+            Just(NodeAddressType::ExternalIp)
+        ],
+        option::weighted(0.2, pins),
+        vec(
+            prop_oneof![4 => Just("203.0.113.0/24".to_string()), 1 => "[0-9./]{0,12}"],
+            0..2,
+        ),
+        option::weighted(0.1, "[a-z]{1,5}\\.io/[a-z]{1,8}"),
+        option::of(any::<bool>()),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(
+            |(scope, address, pins, ranges, class, allocate, external_dns)| ExternalAccess {
+                hostname_scope: scope,
+                node_address_type: address,
+                node_ports: pins,
+                load_balancer_source_ranges: ranges,
+                load_balancer_class: class,
+                allocate_load_balancer_node_ports: allocate,
+                external_dns,
+                ..ExternalAccess::default()
             },
         )
 }
@@ -221,15 +264,23 @@ pub fn observed(shards: u32, nodes: u32) -> impl Strategy<Value = Observed> {
             ingress,
         },
     );
-    let pod = (0..s, 0..n, option::weighted(0.8, ip()), any::<bool>()).prop_map(
-        |(shard, node, host_ip, ready)| ObservedPod {
-            shard,
-            node,
-            host_ip,
-            ready,
-            outdated: false,
-        },
-    );
+    let pod = (
+        0..s,
+        0..n,
+        option::weighted(0.8, ip()),
+        option::weighted(0.5, ip()),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(shard, node, host_ip, node_external_ip, ready)| ObservedPod {
+                shard,
+                node,
+                host_ip,
+                node_external_ip,
+                ready,
+                outdated: false,
+            },
+        );
     (
         vec(service, 0..(s as usize + 1)),
         vec(pod, 0..((s * n) as usize + 1)),

@@ -13,8 +13,8 @@ bindgen!({
 });
 
 use self::shardgate::reconcile::types::{
-    Cluster, EndpointType, ExternalAccess, Scheduling, ServiceType, Severity, SpreadSet, Strength,
-    TrafficPolicy,
+    Cluster, EndpointType, ExternalAccess, HostnameScope, NodeAddressType, Scheduling, ServiceType,
+    Severity, SpreadSet, Strength, TrafficPolicy,
 };
 
 struct Host {
@@ -48,6 +48,13 @@ fn cluster(domain: Option<&str>) -> Cluster {
             hostname_prefix: "shard".into(),
             domain: domain.map(String::from),
             preferred_endpoint_type: EndpointType::Hostname,
+            hostname_scope: HostnameScope::Shard,
+            node_address_type: NodeAddressType::InternalIp,
+            node_ports: None,
+            load_balancer_source_ranges: vec![],
+            load_balancer_class: None,
+            allocate_load_balancer_node_ports: None,
+            external_dns: false,
         }),
         users: vec![],
         config: vec![("maxmemory".into(), "100mb".into())],

@@ -263,6 +263,7 @@ fn announce_settings(node_ports: Option<&[u16]>) -> Vec<Vec<(String, String)>> {
                         shard,
                         node: 0,
                         host_ip: Some(IpAddress::V4(Ipv4Addr::LOCALHOST.into())),
+                        node_external_ip: None,
                         ready: true,
                         outdated: false,
                     })

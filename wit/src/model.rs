@@ -95,6 +95,57 @@ pub struct Resources {
     pub limits: Vec<Pair>,
 }
 
+/// `spec.externalAccess.hostnameScope`: one announced hostname per shard
+/// (`<prefix>-<shard>.<domain>`) or per node (`<prefix>-<shard>-<node>.<domain>`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
+#[repr(u8)]
+pub enum HostnameScope {
+    #[default]
+    #[cfg_attr(feature = "wasmtime", component(name = "shard"))]
+    Shard,
+    #[cfg_attr(feature = "wasmtime", component(name = "node"))]
+    Node,
+}
+
+/// `spec.externalAccess.nodeAddressType`: which address of a pod's
+/// Kubernetes node NodePort `ip` mode announces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
+#[repr(u8)]
+pub enum NodeAddressType {
+    #[default]
+    #[cfg_attr(feature = "wasmtime", component(name = "internal-ip"))]
+    InternalIp,
+    #[cfg_attr(feature = "wasmtime", component(name = "external-ip"))]
+    ExternalIp,
+}
+
+/// `spec.externalAccess.nodePorts`: NodePorts chosen by the user.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct NodePorts {
+    /// Node (s, n) gets `base + s * (replicas + 1) + n`.
+    pub base: Option<u32>,
+    /// `ports[shard][node]`.
+    pub ports: Vec<Vec<u32>>,
+}
+
 /// `spec.externalAccess`: how nodes are reached from outside Kubernetes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -116,6 +167,24 @@ pub struct ExternalAccess {
     pub domain: Option<String>,
     #[cfg_attr(feature = "wasmtime", component(name = "preferred-endpoint-type"))]
     pub preferred_endpoint_type: EndpointType,
+    #[cfg_attr(feature = "wasmtime", component(name = "hostname-scope"))]
+    pub hostname_scope: HostnameScope,
+    #[cfg_attr(feature = "wasmtime", component(name = "node-address-type"))]
+    pub node_address_type: NodeAddressType,
+    #[cfg_attr(feature = "wasmtime", component(name = "node-ports"))]
+    pub node_ports: Option<NodePorts>,
+    #[cfg_attr(feature = "wasmtime", component(name = "load-balancer-source-ranges"))]
+    pub load_balancer_source_ranges: Vec<String>,
+    #[cfg_attr(feature = "wasmtime", component(name = "load-balancer-class"))]
+    pub load_balancer_class: Option<String>,
+    #[cfg_attr(
+        feature = "wasmtime",
+        component(name = "allocate-load-balancer-node-ports")
+    )]
+    pub allocate_load_balancer_node_ports: Option<bool>,
+    /// Set `external-dns.alpha.kubernetes.io/hostname` on each Service.
+    #[cfg_attr(feature = "wasmtime", component(name = "external-dns"))]
+    pub external_dns: bool,
 }
 
 impl Default for ExternalAccess {
@@ -129,6 +198,13 @@ impl Default for ExternalAccess {
             hostname_prefix: crate::names::DEFAULT_HOSTNAME_PREFIX.to_string(),
             domain: None,
             preferred_endpoint_type: EndpointType::Ip,
+            hostname_scope: HostnameScope::Shard,
+            node_address_type: NodeAddressType::InternalIp,
+            node_ports: None,
+            load_balancer_source_ranges: Vec::new(),
+            load_balancer_class: None,
+            allocate_load_balancer_node_ports: None,
+            external_dns: false,
         }
     }
 }
@@ -414,6 +490,9 @@ pub struct ObservedPod {
     pub node: u32,
     #[cfg_attr(feature = "wasmtime", component(name = "host-ip"))]
     pub host_ip: Option<IpAddress>,
+    /// The ExternalIP of the Kubernetes node the Pod runs on.
+    #[cfg_attr(feature = "wasmtime", component(name = "node-external-ip"))]
+    pub node_external_ip: Option<IpAddress>,
     pub ready: bool,
     pub outdated: bool,
 }
@@ -629,6 +708,17 @@ pub struct ShardService {
     #[cfg_attr(feature = "wasmtime", component(name = "external-traffic-policy"))]
     pub external_traffic_policy: TrafficPolicy,
     pub ports: Vec<ServicePort>,
+    /// The user's annotations (templates filled in) and external-dns's.
+    pub annotations: Vec<Pair>,
+    #[cfg_attr(feature = "wasmtime", component(name = "load-balancer-source-ranges"))]
+    pub load_balancer_source_ranges: Vec<String>,
+    #[cfg_attr(feature = "wasmtime", component(name = "load-balancer-class"))]
+    pub load_balancer_class: Option<String>,
+    #[cfg_attr(
+        feature = "wasmtime",
+        component(name = "allocate-load-balancer-node-ports")
+    )]
+    pub allocate_load_balancer_node_ports: Option<bool>,
 }
 
 /// The pod template shared by every node of the cluster.
@@ -775,8 +865,6 @@ pub struct Status {
 )]
 pub struct Desired {
     pub labels: Vec<Pair>,
-    #[cfg_attr(feature = "wasmtime", component(name = "service-annotations"))]
-    pub service_annotations: Vec<Pair>,
     pub services: Vec<ShardService>,
     pub workload: Workload,
     /// The cluster's ACL as Valkey's aclfile: one `user` line per user,

@@ -108,6 +108,23 @@ pub fn announce_hostname(prefix: &str, shard: u32, domain: &str) -> String {
     s
 }
 
+/// `<prefix>-<shard>-<node>.<domain>`: a node's own announced hostname
+/// (`hostnameScope: Node`).
+pub fn node_hostname(prefix: &str, shard: u32, node: u32, domain: &str) -> String {
+    let mut s = String::with_capacity(prefix.len() + domain.len() + 24);
+    s.push_str(prefix);
+    s.push('-');
+    push_u32(&mut s, shard);
+    s.push('-');
+    push_u32(&mut s, node);
+    s.push('.');
+    s.push_str(domain.trim_end_matches('.'));
+    s
+}
+
+/// The annotation external-dns reads a Service's hostnames from.
+pub const EXTERNAL_DNS_HOSTNAME: &str = "external-dns.alpha.kubernetes.io/hostname";
+
 /// A decimal index as the names write it: digits only, no leading zero.
 pub fn parse_index(digits: &str) -> Option<u32> {
     if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
@@ -139,6 +156,10 @@ mod tests {
         assert_eq!(
             announce_hostname("shard", 3, "example.com."),
             "shard-3.example.com"
+        );
+        assert_eq!(
+            node_hostname("shard", 3, 1, "example.com."),
+            "shard-3-1.example.com"
         );
     }
 

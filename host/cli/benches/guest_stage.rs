@@ -73,6 +73,7 @@ impl Snapshot {
                     hostname_prefix: names::DEFAULT_HOSTNAME_PREFIX.into(),
                     domain: None,
                     preferred_endpoint_type: EndpointType::Ip,
+                    ..ExternalAccessSpec::default()
                 }),
                 users: Vec::new(),
                 config: BTreeMap::new(),

@@ -323,11 +323,13 @@ pub struct ExternalAccessSpec {
     pub service_type: ServiceType,
     #[serde(default)]
     pub external_traffic_policy: TrafficPolicy,
-    /// Annotations for every shard Service (e.g. for external-dns or a cloud
-    /// load balancer).
+    /// Annotations for every shard Service (e.g. for a cloud load
+    /// balancer). In values, `{shard}` is the shard's index and
+    /// `{hostname}` the hostnames the Service serves (comma-separated).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub service_annotations: BTreeMap<String, String>,
-    /// Announced hostnames are `<hostnamePrefix>-<shard>.<domain>`.
+    /// Announced hostnames are `<hostnamePrefix>-<shard>.<domain>`, or
+    /// `<hostnamePrefix>-<shard>-<node>.<domain>` with `hostnameScope: Node`.
     #[serde(default = "default_hostname_prefix")]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("hostnamePrefix must be a DNS label"))]
     #[schemars(length(min = 1, max = 58))]
@@ -340,6 +342,86 @@ pub struct ExternalAccessSpec {
     pub domain: Option<String>,
     #[serde(default)]
     pub preferred_endpoint_type: EndpointType,
+    /// One announced hostname per shard (default) or per node (for per-node
+    /// certificates and TLS SNI routing).
+    #[serde(default)]
+    pub hostname_scope: HostnameScope,
+    /// Which address of a pod's Kubernetes node NodePort `ip` mode
+    /// announces: `InternalIP` (default) or `ExternalIP` (on clouds whose
+    /// InternalIP is private).
+    #[serde(default)]
+    pub node_address_type: NodeAddressType,
+    /// NodePorts chosen by you (for firewall rules) instead of allocated:
+    /// `base` (node (s, n) gets `base + s*(replicas+1) + n`) or `ports`
+    /// (`ports[shard][node]`). Each in 30000-32767, none twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_ports: Option<NodePortsSpec>,
+    /// LoadBalancer only: the client CIDR blocks the load balancers admit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load_balancer_source_ranges: Vec<String>,
+    /// LoadBalancer only: the load-balancer implementation to use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer_class: Option<String>,
+    /// LoadBalancer only: whether the Services also get NodePorts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocate_load_balancer_node_ports: Option<bool>,
+    /// Set `external-dns.alpha.kubernetes.io/hostname` on each Service to
+    /// the hostnames it serves (needs `domain`).
+    #[serde(default, rename = "externalDNS")]
+    pub external_dns: bool,
+}
+
+/// `spec.externalAccess.nodePorts`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePortsSpec {
+    /// Node (s, n) gets `base + s*(replicas+1) + n`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 30000, max = 32767))]
+    pub base: Option<i32>,
+    /// `ports[shard][node]`: each node's NodePort.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<Vec<i32>>,
+}
+
+/// `spec.externalAccess.hostnameScope`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum HostnameScope {
+    #[default]
+    Shard,
+    Node,
+}
+
+/// `spec.externalAccess.nodeAddressType`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum NodeAddressType {
+    #[default]
+    #[serde(rename = "InternalIP")]
+    InternalIp,
+    #[serde(rename = "ExternalIP")]
+    ExternalIp,
+}
+
+impl Default for ExternalAccessSpec {
+    /// The CRD's defaults (external access off).
+    fn default() -> Self {
+        ExternalAccessSpec {
+            enabled: false,
+            service_type: ServiceType::default(),
+            external_traffic_policy: TrafficPolicy::default(),
+            service_annotations: BTreeMap::new(),
+            hostname_prefix: default_hostname_prefix(),
+            domain: None,
+            preferred_endpoint_type: EndpointType::default(),
+            hostname_scope: HostnameScope::default(),
+            node_address_type: NodeAddressType::default(),
+            node_ports: None,
+            load_balancer_source_ranges: Vec::new(),
+            load_balancer_class: None,
+            allocate_load_balancer_node_ports: None,
+            external_dns: false,
+        }
+    }
 }
 
 fn default_hostname_prefix() -> String {

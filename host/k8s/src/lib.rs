@@ -15,6 +15,7 @@ pub mod credentials;
 pub mod events;
 pub mod manager;
 pub mod manifest;
+pub mod node_addresses;
 pub mod owned_fields;
 pub mod prune;
 pub mod snapshot;

@@ -15,6 +15,7 @@ use crate::cache::{
     Entry,
 };
 use crate::convert::{self, Labelled, PodView};
+use crate::node_addresses::NodeAddresses;
 use crate::prune::owned_by;
 
 /// The caches of the kinds a cluster owns.
@@ -25,6 +26,8 @@ pub struct Caches {
     pub stateful_sets: Cache<CachedStatefulSet>,
     pub pods: Cache<CachedPod>,
     pub disruption_budgets: Cache<CachedDisruptionBudget>,
+    /// Not owned: every Kubernetes node's ExternalIP.
+    pub node_addresses: NodeAddresses,
 }
 
 impl Caches {
@@ -37,6 +40,7 @@ impl Caches {
             && self.stateful_sets.is_ready()
             && self.pods.is_ready()
             && self.disruption_budgets.is_ready()
+            && self.node_addresses.is_ready()
     }
 }
 
@@ -48,6 +52,8 @@ pub struct ObservedNode {
     pub pod: Arc<str>,
     pub pod_ip: Option<IpAddr>,
     pub host_ip: Option<m::IpAddress>,
+    /// Its Kubernetes node's ExternalIP.
+    pub node_external_ip: Option<m::IpAddress>,
     pub ready: bool,
     /// The Pod runs an older template than its StatefulSet's.
     pub outdated: bool,
@@ -60,6 +66,7 @@ impl ObservedNode {
             shard: self.at.shard,
             node: self.at.node,
             host_ip: self.host_ip,
+            node_external_ip: self.node_external_ip,
             ready: self.ready,
             outdated: self.outdated,
         }
@@ -106,7 +113,7 @@ impl Snapshot {
                 cluster,
                 uid,
             ),
-            nodes: project(cluster, &stateful_sets, &pods),
+            nodes: project(cluster, &stateful_sets, &pods, &caches.node_addresses),
             stateful_sets,
         }
     }
@@ -164,6 +171,7 @@ fn project(
     cluster: &str,
     stateful_sets: &[Arc<CachedStatefulSet>],
     pods: &[Arc<CachedPod>],
+    node_addresses: &NodeAddresses,
 ) -> Vec<ObservedNode> {
     // StatefulSet UID -> its update revision, if it reports one.
     let revisions: BTreeMap<&str, Option<&str>> = stateful_sets
@@ -193,6 +201,7 @@ fn project(
                 pod: pod.name.clone(),
                 pod_ip: pod.pod_ip().and_then(|ip| ip.parse().ok()),
                 host_ip: o.host_ip,
+                node_external_ip: pod.node_name().and_then(|n| node_addresses.external_ip(n)),
                 ready: o.ready,
                 outdated,
             })
@@ -256,7 +265,7 @@ mod tests {
             pod("p-2-0", (2, 0), "u20", "r0", None),
             pod("stray", (0, 0), "not-ours", "r1", Some("10.1.0.3")),
         ];
-        let nodes = project("c", &sets, &pods);
+        let nodes = project("c", &sets, &pods, &NodeAddresses::default());
         let seen: Vec<_> = nodes
             .iter()
             .map(|n| {

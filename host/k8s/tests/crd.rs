@@ -37,6 +37,7 @@ fn ea(enabled: bool, pref: EndpointType, domain: Option<&str>) -> ExternalAccess
         hostname_prefix: "shard".into(),
         domain: domain.map(String::from),
         preferred_endpoint_type: pref,
+        ..ExternalAccessSpec::default()
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
@@ -17,6 +17,7 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use shardgate_contract::labels::{self, MANAGED_SELECTOR};
 use shardgate_k8s::cache::{self, Entry, entry as cached};
 use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_k8s::node_addresses::NodeAddresses;
 use shardgate_k8s::snapshot::Caches;
 use shardgate_wasm::swap::ModuleManager;
 use tokio::sync::watch;
@@ -68,6 +69,35 @@ pub(crate) async fn controller(
         cached::disruption_budget,
     );
 
+    // Every Kubernetes node's ExternalIP (nodeAddressType: ExternalIP). A
+    // changed address re-reconciles every cluster; heartbeats do not.
+    let node_addresses = NodeAddresses::default();
+    let (node_news, _) = tokio::sync::broadcast::channel::<()>(4);
+    let node_watch = tokio::spawn({
+        let node_addresses = node_addresses.clone();
+        let node_news = node_news.clone();
+        let nodes = watcher(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default()
+                .any_semantic()
+                .page_size(LIST_PAGE_SIZE),
+        )
+        .default_backoff();
+        async move {
+            let mut nodes = std::pin::pin!(nodes);
+            while let Some(event) = nodes.next().await {
+                match event {
+                    Ok(event) => {
+                        if node_addresses.apply(event) {
+                            let _ = node_news.send(());
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "node watch"),
+                }
+            }
+        }
+    });
+
     // Reconciles run concurrently up to a bound well inside the wasm
     // runtime's instance pool (one instance per in-flight guest call).
     let concurrency = (shardgate_wasm::Engine::MAX_INSTANCES / 4) as u16;
@@ -95,6 +125,7 @@ pub(crate) async fn controller(
         stateful_sets: stateful_sets.clone(),
         pods: pods.clone(),
         disruption_budgets: disruption_budgets.clone(),
+        node_addresses: node_addresses.clone(),
     };
     let ctx = Arc::new(
         Context::new(
@@ -118,7 +149,8 @@ pub(crate) async fn controller(
                 config_maps.wait_until_ready(),
                 stateful_sets.wait_until_ready(),
                 pods.wait_until_ready(),
-                disruption_budgets.wait_until_ready()
+                disruption_budgets.wait_until_ready(),
+                node_addresses.wait_until_ready()
             );
             health.ready.store(true, Ordering::Relaxed);
         }
@@ -154,7 +186,10 @@ pub(crate) async fn controller(
         })
         .boxed()
     };
-    let swaps = triggers(ctx.modules().subscribe());
+    let swaps = futures::stream::select(
+        triggers(ctx.modules().subscribe()),
+        triggers(node_news.subscribe()),
+    );
     let controller = match &options.reconcile_all {
         Some(tx) => {
             controller.reconcile_all_on(futures::stream::select(triggers(tx.subscribe()), swaps))
@@ -177,6 +212,7 @@ pub(crate) async fn controller(
         .boxed()
         .await;
     sweep.abort();
+    node_watch.abort();
     info!("controller stopped");
     Ok(())
 }

@@ -125,6 +125,9 @@ pub struct Sandbox {
     started: Instant,
     /// The CA that issued a TLS cluster's Secret.
     tls: Option<SandboxTls>,
+    /// Asks the operator to reconcile the cluster again.
+    resync: tokio::sync::broadcast::Sender<()>,
+    metrics: Arc<Metrics>,
 }
 
 /// A TLS cluster's certificate authority, the names it certifies, and
@@ -286,6 +289,8 @@ impl Sandbox {
             },
         )?;
         let (stop, stopped) = oneshot::channel::<()>();
+        let (resync, _) = tokio::sync::broadcast::channel::<()>(4);
+        let metrics = Arc::new(Metrics::default());
         let operator = tokio::spawn(operator::run(
             OperatorOptions {
                 kubeconfig: None,
@@ -294,14 +299,14 @@ impl Sandbox {
                 listen: None,
                 lease: None,
                 identity: "shardgate-sandbox".into(),
-                reconcile_all: None,
+                reconcile_all: Some(resync.clone()),
                 manage_valkey: true,
                 debounce: operator::DEBOUNCE,
                 recheck: options.recheck,
             },
             client.clone(),
             Arc::new(module) as Arc<dyn Reconciler>,
-            Arc::new(Metrics::default()),
+            metrics.clone(),
             async move {
                 let _ = stopped.await;
             },
@@ -327,7 +332,26 @@ impl Sandbox {
             options,
             started,
             tls,
+            resync,
+            metrics,
         })
+    }
+
+    /// Has the operator reconcile the cluster `n` more times, each started
+    /// after the previous one began (fails after 10 s without one).
+    pub async fn resync(&self, n: usize) -> anyhow::Result<()> {
+        for _ in 0..n {
+            let before = self.metrics.reconciles.get();
+            self.resync.send(()).ok();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while self.metrics.reconciles.get() <= before {
+                if Instant::now() >= deadline {
+                    bail!("no reconcile started within 10 s of a resync");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(())
     }
 
     /// The options it was started with.

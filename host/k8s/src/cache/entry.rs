@@ -216,6 +216,8 @@ pub type CachedDisruptionBudget = Slim<PodDisruptionBudget, ()>;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodState {
     pub host_ip: Option<Box<str>>,
+    /// `spec.nodeName`.
+    pub node_name: Option<Box<str>>,
     pub pod_ip: Option<Box<str>>,
     /// Its `Ready` condition is `True`.
     pub ready: bool,
@@ -292,6 +294,9 @@ impl PodView for CachedPod {
     }
     fn pod_ip(&self) -> Option<&str> {
         self.state.as_ref()?.pod_ip.as_deref()
+    }
+    fn node_name(&self) -> Option<&str> {
+        self.state.as_ref()?.node_name.as_deref()
     }
     fn ready(&self) -> bool {
         self.state.as_ref().is_some_and(|s| s.ready)
@@ -377,6 +382,7 @@ pub fn pod(pod: Pod) -> CachedPod {
     slim(pod, false, false, |pod| {
         Some(PodState {
             host_ip: pod.host_ip().map(Box::from),
+            node_name: pod.node_name().map(Box::from),
             pod_ip: pod.pod_ip().map(Box::from),
             ready: pod.ready(),
         })
@@ -619,6 +625,7 @@ mod tests {
             cached.state,
             Some(PodState {
                 host_ip: Some("10.0.0.1".into()),
+                node_name: None,
                 pod_ip: Some("10.1.0.1".into()),
                 ready: true,
             })

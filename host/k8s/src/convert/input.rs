@@ -15,8 +15,8 @@ use shardgate_contract::model::{self as m, Input, Pair};
 use shardgate_contract::{labels, names};
 
 use crate::crd::{
-    DisruptionBudgetMode, EndpointType, ReclaimPolicy, ServiceType, SpreadSpec, Strength,
-    TrafficPolicy, ValkeyCluster,
+    DisruptionBudgetMode, EndpointType, HostnameScope, NodeAddressType, ReclaimPolicy, ServiceType,
+    SpreadSpec, Strength, TrafficPolicy, ValkeyCluster,
 };
 
 /// The guest's view of a cluster's spec.
@@ -54,6 +54,27 @@ pub fn cluster(vc: &ValkeyCluster) -> m::Cluster {
                 EndpointType::Ip => m::EndpointType::Ip,
                 EndpointType::Hostname => m::EndpointType::Hostname,
             },
+            hostname_scope: match ea.hostname_scope {
+                HostnameScope::Shard => m::HostnameScope::Shard,
+                HostnameScope::Node => m::HostnameScope::Node,
+            },
+            node_address_type: match ea.node_address_type {
+                NodeAddressType::InternalIp => m::NodeAddressType::InternalIp,
+                NodeAddressType::ExternalIp => m::NodeAddressType::ExternalIp,
+            },
+            // A negative port becomes 0, which validation refuses by field.
+            node_ports: ea.node_ports.as_ref().map(|p| m::NodePorts {
+                base: p.base.map(|b| u32::try_from(b).unwrap_or(0)),
+                ports: p
+                    .ports
+                    .iter()
+                    .map(|row| row.iter().map(|&n| u32::try_from(n).unwrap_or(0)).collect())
+                    .collect(),
+            }),
+            load_balancer_source_ranges: ea.load_balancer_source_ranges.clone(),
+            load_balancer_class: ea.load_balancer_class.clone(),
+            allocate_load_balancer_node_ports: ea.allocate_load_balancer_node_ports,
+            external_dns: ea.external_dns,
         }),
         users: spec.users.iter().map(user).collect(),
         config: spec
@@ -269,6 +290,8 @@ pub trait PodView: Labelled {
     fn host_ip(&self) -> Option<&str>;
     /// `status.podIP`, once assigned.
     fn pod_ip(&self) -> Option<&str>;
+    /// `spec.nodeName`: the Kubernetes node it is bound to.
+    fn node_name(&self) -> Option<&str>;
     /// Its `Ready` condition is `True`.
     fn ready(&self) -> bool;
 }
@@ -276,6 +299,9 @@ pub trait PodView: Labelled {
 impl PodView for Pod {
     fn host_ip(&self) -> Option<&str> {
         self.status.as_ref()?.host_ip.as_deref()
+    }
+    fn node_name(&self) -> Option<&str> {
+        self.spec.as_ref()?.node_name.as_deref()
     }
     fn pod_ip(&self) -> Option<&str> {
         self.status.as_ref()?.pod_ip.as_deref()
@@ -299,6 +325,8 @@ pub fn observed_pod(cluster: &str, pod: &impl PodView) -> Option<m::ObservedPod>
         shard: label_index(pod, labels::SHARD)?,
         node: label_index(pod, labels::NODE)?,
         host_ip: pod.host_ip().and_then(parse_ip),
+        // Set by the operator, which knows the Kubernetes nodes.
+        node_external_ip: None,
         ready: pod.ready(),
         // Set by the operator, which knows the StatefulSet's revision.
         outdated: false,

@@ -71,13 +71,11 @@ pub fn typed_json<K: Resource<DynamicType = ()> + serde::Serialize>(obj: &K) -> 
 /// The objects `desired` describes for `vc`.
 pub fn objects(vc: &ValkeyCluster, desired: &Desired) -> Objects {
     let owned = Owned::by(vc, desired);
-    let annotations: Option<BTreeMap<String, String>> = (!desired.service_annotations.is_empty())
-        .then(|| desired.service_annotations.iter().cloned().collect());
     Objects {
         shard_services: desired
             .services
             .iter()
-            .map(|s| shard_service(&owned, s, annotations.clone()))
+            .map(|s| shard_service(&owned, s))
             .collect(),
         nodes: desired
             .nodes
@@ -174,13 +172,10 @@ impl Owned {
     }
 }
 
-fn shard_service(
-    owned: &Owned,
-    s: &m::ShardService,
-    annotations: Option<BTreeMap<String, String>>,
-) -> Service {
+fn shard_service(owned: &Owned, s: &m::ShardService) -> Service {
     let mut metadata = owned.meta(&s.name, owned.labels(s.shard, None));
-    metadata.annotations = annotations;
+    metadata.annotations =
+        (!s.annotations.is_empty()).then(|| s.annotations.iter().cloned().collect());
     let ports = s
         .ports
         .iter()
@@ -212,6 +207,10 @@ fn shard_service(
             ),
             selector: Some(owned.selector(s.shard, None)),
             ports: Some(ports),
+            load_balancer_source_ranges: (!s.load_balancer_source_ranges.is_empty())
+                .then(|| s.load_balancer_source_ranges.clone()),
+            load_balancer_class: s.load_balancer_class.clone(),
+            allocate_load_balancer_node_ports: s.allocate_load_balancer_node_ports,
             ..ServiceSpec::default()
         }),
         status: None,
@@ -309,11 +308,14 @@ mod tests {
         };
         Desired {
             labels: vec![(labels::CLUSTER.into(), "c".into())],
-            service_annotations: annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
             services: vec![m::ShardService {
+                annotations: annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                load_balancer_source_ranges: vec!["203.0.113.0/24".into()],
+                load_balancer_class: Some("example.com/lb".into()),
+                allocate_load_balancer_node_ports: Some(false),
                 shard: 1,
                 name: names::shard_service("c", 1),
                 service_type: m::ServiceType::LoadBalancer,
@@ -360,6 +362,12 @@ mod tests {
             assert_eq!(svc["metadata"]["ownerReferences"][0]["controller"], true);
             assert_eq!(svc["spec"]["type"], "LoadBalancer");
             assert_eq!(svc["spec"]["externalTrafficPolicy"], "Local");
+            assert_eq!(
+                svc["spec"]["loadBalancerSourceRanges"],
+                json!(["203.0.113.0/24"])
+            );
+            assert_eq!(svc["spec"]["loadBalancerClass"], "example.com/lb");
+            assert_eq!(svc["spec"]["allocateLoadBalancerNodePorts"], false);
             assert_eq!(
                 svc["spec"]["selector"],
                 json!({labels::CLUSTER: "c", labels::SHARD: "1"})

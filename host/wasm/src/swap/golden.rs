@@ -51,6 +51,7 @@ fn pods(shards: u32, replicas: u32) -> Vec<ObservedPod> {
                 shard,
                 node,
                 host_ip: Some(ipv4(192, 0, 2, (shard * 8 + node + 1) as u8)),
+                node_external_ip: None,
                 ready: true,
                 outdated: false,
             })
@@ -129,6 +130,7 @@ impl Golden {
                         hostname_prefix: "shard".into(),
                         domain: None,
                         preferred_endpoint_type: EndpointType::Ip,
+                        ..ExternalAccess::default()
                     }),
                 ),
                 observed: Observed {
@@ -170,6 +172,7 @@ impl Golden {
                         hostname_prefix: "vk".into(),
                         domain: Some("valkey.example.com".into()),
                         preferred_endpoint_type: EndpointType::Hostname,
+                        ..ExternalAccess::default()
                     }),
                 ),
                 observed: Observed {
