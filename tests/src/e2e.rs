@@ -18,7 +18,8 @@ use shardgate_sandbox::stack::{Endpoint, Options, Ready, Sandbox};
 use crate::harness;
 use crate::scratch::ScratchDir;
 use crate::valkey::{
-    Login, cluster_client_resolving, cluster_slots, connect, read_keys, reply_field, write_keys,
+    Login, cluster_client_resolving, cluster_shards, cluster_slots, connect, read_keys,
+    reply_field, write_keys,
 };
 use crate::wait;
 
@@ -186,8 +187,9 @@ pub async fn plain(addr: SocketAddr, login: &Login) -> MultiplexedConnection {
         .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"))
 }
 
-/// Every address `CLUSTER SLOTS` (at `via`) and a `MOVED` redirect give is
-/// one of `endpoints`, and the primaries cover all 16384 slots.
+/// Every address `CLUSTER SLOTS`, `CLUSTER SHARDS` (at `via`) and a `MOVED`
+/// redirect give is one of `endpoints`, and the primaries cover all 16384
+/// slots.
 pub async fn assert_only_external(via: SocketAddr, endpoints: &[Endpoint], login: &Login) {
     let allowed: BTreeSet<(String, u16)> =
         endpoints.iter().map(|e| (e.host.clone(), e.port)).collect();
@@ -203,6 +205,13 @@ pub async fn assert_only_external(via: SocketAddr, endpoints: &[Endpoint], login
         covered.extend(*lo..=*hi);
     }
     assert_eq!(covered.len(), 16384, "CLUSTER SLOTS covers every slot");
+    for (host, port) in cluster_shards(&mut c).await {
+        assert!(
+            allowed.contains(&(host.clone(), port)),
+            "CLUSTER SHARDS via {via} names {host}:{port}, not an external endpoint \
+             (allowed: {allowed:?})"
+        );
+    }
     // A key this node does not serve: the MOVED redirect names an external
     // endpoint too.
     for i in 0.. {

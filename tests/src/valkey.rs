@@ -96,6 +96,46 @@ pub async fn cluster_slots(c: &mut MultiplexedConnection) -> Vec<(u32, u32, Stri
     out
 }
 
+/// Every node `CLUSTER SHARDS` names, as the `(endpoint, port)` a client
+/// would dial: its preferred `endpoint` and its client `port` (or
+/// `tls-port`).
+pub async fn cluster_shards(c: &mut MultiplexedConnection) -> Vec<(String, u16)> {
+    let v: Value = redis::cmd("CLUSTER")
+        .arg("SHARDS")
+        .query_async(c)
+        .await
+        .unwrap();
+    // Maps come as flat key/value arrays under RESP2, as maps under RESP3.
+    fn fields(v: &Value) -> Vec<(String, &Value)> {
+        match v {
+            Value::Array(kv) => kv.chunks(2).map(|p| (text(&p[0]), &p[1])).collect(),
+            Value::Map(kv) => kv.iter().map(|(k, v)| (text(k), v)).collect(),
+            other => panic!("CLUSTER SHARDS: not a map: {other:?}"),
+        }
+    }
+    let Value::Array(shards) = &v else {
+        panic!("CLUSTER SHARDS: not an array: {v:?}")
+    };
+    let mut out = Vec::new();
+    for shard in shards {
+        let nodes = fields(shard)
+            .into_iter()
+            .find(|(k, _)| k == "nodes")
+            .map(|(_, v)| v)
+            .expect("a shard has nodes");
+        let Value::Array(nodes) = nodes else {
+            panic!("CLUSTER SHARDS: bad nodes {nodes:?}")
+        };
+        for node in nodes {
+            let f = fields(node);
+            let get = |key: &str| f.iter().find(|(k, _)| k == key).map(|(_, v)| text(v));
+            let port = get("port").or_else(|| get("tls-port")).expect("a port");
+            out.push((get("endpoint").expect("an endpoint"), port.parse().unwrap()));
+        }
+    }
+    out
+}
+
 /// How long every test connection may take to connect.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long every test connection waits for a reply.
