@@ -2,6 +2,7 @@
 
 mod check;
 mod check_module;
+mod endpoints;
 mod render;
 mod run;
 #[cfg(feature = "sandbox")]
@@ -57,6 +58,11 @@ pub enum Command {
     /// Prints the digest and timings; exits non-zero if the module would be
     /// rejected.
     CheckModule(check_module::CheckModuleArgs),
+    /// Print a live ValkeyCluster's external endpoints, its Ready condition
+    /// and a valkey-cli command that logs in as `default` (the password is
+    /// read from its Secret by kubectl, never printed). Exits non-zero while
+    /// no endpoint is ready.
+    Endpoints(endpoints::EndpointsArgs),
 }
 
 impl Command {
@@ -70,6 +76,7 @@ impl Command {
             Command::Sandbox(args) => args.run(),
             Command::Webhook(args) => args.run(),
             Command::CheckModule(args) => args.run(),
+            Command::Endpoints(args) => args.run(),
         }
     }
 }
