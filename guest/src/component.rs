@@ -80,6 +80,10 @@ fn cluster(c: w::Cluster) -> m::Cluster {
                 w::HostnameScope::Shard => m::HostnameScope::Shard,
                 w::HostnameScope::Node => m::HostnameScope::Node,
             },
+            topology: match ea.topology {
+                w::ServiceTopology::PerShard => m::ServiceTopology::PerShard,
+                w::ServiceTopology::PerNode => m::ServiceTopology::PerNode,
+            },
             node_address_type: match ea.node_address_type {
                 w::NodeAddressType::InternalIp => m::NodeAddressType::InternalIp,
                 w::NodeAddressType::ExternalIp => m::NodeAddressType::ExternalIp,
@@ -201,6 +205,7 @@ fn ip_in(ip: w::IpAddress) -> m::IpAddress {
 fn observed_service(s: w::ObservedService) -> m::ObservedService {
     m::ObservedService {
         shard: s.shard,
+        node: s.node,
         ports: s
             .ports
             .into_iter()
@@ -340,6 +345,7 @@ fn desired(d: m::Desired) -> w::Desired {
             .into_iter()
             .map(|s| w::ShardService {
                 shard: s.shard,
+                node: s.node,
                 name: s.name,
                 service_type: service_type_out(s.service_type),
                 external_traffic_policy: match s.external_traffic_policy {
@@ -398,6 +404,7 @@ fn desired(d: m::Desired) -> w::Desired {
                             .nodes
                             .into_iter()
                             .map(|n| w::NodeEndpoint {
+                                in_cluster: n.in_cluster,
                                 node: n.node,
                                 host: n.host,
                                 port: n.port,

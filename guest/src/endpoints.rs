@@ -4,7 +4,7 @@
 
 use shardgate_contract::model::{
     EndpointType, ExternalAccess, HostnameScope, Ingress, IpAddress, NodeAddressType, Observed,
-    ObservedPod, ObservedService, ServiceType,
+    ObservedPod, ObservedService, ServiceTopology, ServiceType,
 };
 use shardgate_contract::names;
 
@@ -47,6 +47,11 @@ pub struct External {
     pub lb_hostname_fallback: bool,
     /// The version the node's server reported, when it is too old.
     pub old_server: Option<String>,
+    /// The topology whose Service this endpoint goes through. During a
+    /// switch it is the old one until the new one is usable.
+    pub via: ServiceTopology,
+    /// The pod's `status.hostIP` (its Kubernetes node's InternalIP).
+    pub pod_host_ip: Option<IpAddress>,
 }
 
 impl External {
@@ -71,6 +76,7 @@ impl External {
 /// Observed facts indexed by shard and node, so lookups are O(1).
 pub struct Index<'a> {
     services: Vec<Option<&'a ObservedService>>,
+    node_services: Vec<Option<&'a ObservedService>>,
     pods: Vec<Option<&'a ObservedPod>>,
     nodes: u32,
 }
@@ -81,8 +87,16 @@ impl<'a> Index<'a> {
     /// node wins.
     pub fn new(observed: &'a Observed, shards: u32, nodes: u32) -> Self {
         let mut services = vec![None; shards as usize];
+        let mut node_services = vec![None; shards as usize * nodes as usize];
         for svc in &observed.services {
-            if let Some(slot @ None) = services.get_mut(svc.shard as usize) {
+            let slot = match svc.node {
+                None => services.get_mut(svc.shard as usize),
+                Some(node) if svc.shard < shards && node < nodes => {
+                    node_services.get_mut((svc.shard * nodes + node) as usize)
+                }
+                Some(_) => None,
+            };
+            if let Some(slot @ None) = slot {
                 *slot = Some(svc);
             }
         }
@@ -97,6 +111,7 @@ impl<'a> Index<'a> {
         }
         Index {
             services,
+            node_services,
             pods,
             nodes,
         }
@@ -107,6 +122,40 @@ impl<'a> Index<'a> {
         self.services.get(shard as usize).copied().flatten()
     }
 
+    /// The observed Service of node `node` of shard `shard` (`PerNode`), if
+    /// it exists.
+    pub fn node_service(&self, shard: u32, node: u32) -> Option<&'a ObservedService> {
+        if node >= self.nodes {
+            return None;
+        }
+        self.node_services
+            .get((shard * self.nodes + node) as usize)
+            .copied()
+            .flatten()
+    }
+
+    /// The Service node `node` of shard `shard` is reached through in
+    /// `topology`, if it exists.
+    pub fn service_of(
+        &self,
+        topology: ServiceTopology,
+        shard: u32,
+        node: u32,
+    ) -> Option<&'a ObservedService> {
+        match topology {
+            ServiceTopology::PerShard => self.service(shard),
+            ServiceTopology::PerNode => self.node_service(shard, node),
+        }
+    }
+
+    /// Some Service of `topology` is observed.
+    pub fn has_any(&self, topology: ServiceTopology) -> bool {
+        match topology {
+            ServiceTopology::PerShard => self.services.iter().any(Option::is_some),
+            ServiceTopology::PerNode => self.node_services.iter().any(Option::is_some),
+        }
+    }
+
     /// The observed Pod of node `node` of shard `shard`, if it exists.
     pub fn pod(&self, shard: u32, node: u32) -> Option<&'a ObservedPod> {
         self.pods
@@ -115,16 +164,19 @@ impl<'a> Index<'a> {
             .flatten()
     }
 
-    /// The NodePort allocated to `node`'s port on `shard`'s Service, or 0.
-    pub fn node_port(&self, shard: u32, node: u32) -> u32 {
-        self.service(shard)
+    /// The NodePort allocated to `node`'s port on its Service in
+    /// `topology`, or 0.
+    pub fn node_port(&self, topology: ServiceTopology, shard: u32, node: u32) -> u32 {
+        self.service_of(topology, shard, node)
             .and_then(|s| s.ports.iter().find(|p| p.node == node))
             .map_or(0, |p| p.node_port)
     }
 }
 
 /// The external endpoint of node `node` of shard `shard`, whose server is
-/// `server`.
+/// `server`: through the topology the spec asks for, or, while that one is
+/// not usable yet and the other's Service still exists and is, through the
+/// other (a switch: clients keep the old endpoint until the new one works).
 pub fn external(
     ea: &ExternalAccess,
     index: &Index<'_>,
@@ -132,7 +184,14 @@ pub fn external(
     shard: u32,
     node: u32,
 ) -> External {
-    let mut ext = reachable(ea, index, shard, node);
+    let mut ext = reachable(ea, ea.topology, index, shard, node);
+    let old = ea.topology.other();
+    if !ext.usable() && index.service_of(old, shard, node).is_some() {
+        let before = reachable(ea, old, index, shard, node);
+        if before.usable() {
+            ext = before;
+        }
+    }
     if server.is_old() {
         ext.pending = Some(Pending::ServerTooOld);
         ext.old_server = Some(server.text().to_string());
@@ -140,8 +199,15 @@ pub fn external(
     ext
 }
 
-/// Where node `node` of shard `shard` is reachable, whatever it runs.
-fn reachable(ea: &ExternalAccess, index: &Index<'_>, shard: u32, node: u32) -> External {
+/// Where node `node` of shard `shard` is reachable through its Service in
+/// `topology`, whatever it runs.
+fn reachable(
+    ea: &ExternalAccess,
+    topology: ServiceTopology,
+    index: &Index<'_>,
+    shard: u32,
+    node: u32,
+) -> External {
     let pod = index.pod(shard, node);
     let pod_ready = pod.is_some_and(|p| p.ready);
     let domain_host = ea.domain.as_deref().map(|d| match ea.hostname_scope {
@@ -152,7 +218,7 @@ fn reachable(ea: &ExternalAccess, index: &Index<'_>, shard: u32, node: u32) -> E
 
     match ea.service_type {
         ServiceType::NodePort => {
-            let port = index.node_port(shard, node);
+            let port = index.node_port(topology, shard, node);
             let scheduled = pod.and_then(|p| p.host_ip).is_some();
             let client_ip = match ea.node_address_type {
                 NodeAddressType::InternalIp => pod.and_then(|p| p.host_ip),
@@ -177,10 +243,14 @@ fn reachable(ea: &ExternalAccess, index: &Index<'_>, shard: u32, node: u32) -> E
                 pod_ready,
                 lb_hostname_fallback: false,
                 old_server: None,
+                via: topology,
+                pod_host_ip: pod.and_then(|p| p.host_ip),
             }
         }
         ServiceType::LoadBalancer => {
-            let ingress = index.service(shard).map_or(&[][..], |s| &s.ingress[..]);
+            let ingress = index
+                .service_of(topology, shard, node)
+                .map_or(&[][..], |s| &s.ingress[..]);
             let ingress_ip = ingress.iter().find_map(|i| match i {
                 Ingress::Ip(ip) => Some(*ip),
                 Ingress::Hostname(_) => None,
@@ -203,14 +273,25 @@ fn reachable(ea: &ExternalAccess, index: &Index<'_>, shard: u32, node: u32) -> E
             External {
                 hostname,
                 client_ip: ingress_ip,
-                port: names::CLIENT_PORT + node,
+                port: service_port(topology, node),
                 prefer_hostname,
                 pending,
                 pod_ready,
                 lb_hostname_fallback,
                 old_server: None,
+                via: topology,
+                pod_host_ip: pod.and_then(|p| p.host_ip),
             }
         }
+    }
+}
+
+/// The port node `node` listens on in its Service of `topology`: a shard
+/// Service has one port per node from 6379, a node's own Service only 6379.
+pub fn service_port(topology: ServiceTopology, node: u32) -> u32 {
+    match topology {
+        ServiceTopology::PerShard => names::CLIENT_PORT + node,
+        ServiceTopology::PerNode => names::CLIENT_PORT,
     }
 }
 

@@ -70,6 +70,22 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
     let config = settings::normalized(&cluster.config);
     let (live_settings, restart_settings) = settings::split(&config);
 
+    if let Some(ea) = ea
+        && ea.node_ports.is_some()
+        && index.has_any(ea.topology.other())
+    {
+        return Err(Error {
+            violations: vec![Violation {
+                severity: Severity::Error,
+                field: "spec.externalAccess.topology".to_string(),
+                message: "cannot change while nodePorts are pinned: the new Services would \
+                          need the ports the old ones hold. Remove nodePorts, change the \
+                          topology, then pin again"
+                    .to_string(),
+            }],
+        });
+    }
+
     let externals: Vec<External> = match ea {
         Some(ea) => layout
             .iter()
@@ -100,8 +116,16 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
     let mut desired_status = Status::default();
     let mut services = Vec::new();
     if let Some(ea) = ea {
-        services = services::shard_services(&cluster.name, ea, &index, &layout, nodes);
+        // While some node is still reached through the other topology's
+        // Service, those Services stay (a switch under way).
+        let keep_old = externals.iter().any(|e| e.via != ea.topology);
+        services = services::services(&cluster.name, ea, &index, &layout, nodes, keep_old);
+        let at = status::Where {
+            cluster: &cluster.name,
+            namespace: &cluster.namespace,
+        };
         desired_status.external_endpoints = Some(status::external_endpoints(
+            at,
             ea.service_type,
             &externals,
             &layout,
@@ -139,16 +163,18 @@ pub fn validate(cluster: &Cluster) -> Vec<Violation> {
     validate::validate(cluster, &[])
 }
 
-/// Every object name the cluster can generate (its shard Services whether or
-/// not external access is on, and its node objects), for collision checks.
+/// Every object name the cluster can generate (its shard and node Services
+/// whether or not external access is on, and its node objects), for
+/// collision checks.
 pub fn generated_names(cluster: &Cluster) -> Vec<String> {
     let shards = cluster.shards.max(0) as u32;
     let nodes = cluster.replicas.max(0) as u32 + 1;
-    let mut out = Vec::with_capacity((shards * (nodes + 1)) as usize);
+    let mut out = Vec::with_capacity((shards * (2 * nodes + 1)) as usize);
     for shard in 0..shards {
         out.push(names::shard_service(&cluster.name, shard));
         for node in 0..nodes {
             out.push(names::node_object(&cluster.name, shard, node));
+            out.push(names::node_service(&cluster.name, shard, node));
         }
     }
     out

@@ -1,16 +1,19 @@
 //! `status.externalEndpoints` and the `ExternalAccessReady` condition.
 
-use crate::endpoints::{External, Pending};
+use crate::endpoints::{External, Pending, format_ip};
 use crate::layout::Layout;
 use shardgate_contract::model::{
-    Condition, ConditionStatus, NodeEndpoint, ServiceType, ShardEndpoint,
+    Condition, ConditionStatus, IpAddress, NodeEndpoint, ServiceTopology, ServiceType,
+    ShardEndpoint,
 };
+use shardgate_contract::names;
 
 use shardgate_contract::conditions::EXTERNAL_ACCESS_READY;
 
 /// One entry per shard of the layout, in order; `externals` are in layout
 /// order.
 pub fn external_endpoints(
+    at: Where<'_>,
     service_type: ServiceType,
     externals: &[External],
     layout: &Layout,
@@ -21,12 +24,52 @@ pub fn external_endpoints(
         .map(|(shard, nodes)| {
             let (chunk, tail) = rest.split_at(nodes.len().min(rest.len()));
             rest = tail;
-            shard_endpoint(service_type, shard, nodes, chunk)
+            shard_endpoint(at, service_type, shard, nodes, chunk)
         })
         .collect()
 }
 
+/// The cluster's name and namespace, which in-cluster addresses name.
+#[derive(Clone, Copy, Debug)]
+pub struct Where<'a> {
+    pub cluster: &'a str,
+    pub namespace: &'a str,
+}
+
+/// The `host:port` that answers on node (shard, node)'s announced port from
+/// inside Kubernetes, so in-cluster clients need not leave it (split
+/// horizon): with a load balancer, its Service's DNS name (the Service port
+/// is the announced port); with NodePort, the pod's node InternalIP (a
+/// NodePort opens on every node address). Empty while the endpoint is not
+/// usable.
+pub fn in_cluster(
+    at: Where<'_>,
+    service_type: ServiceType,
+    shard: u32,
+    node: u32,
+    e: &External,
+) -> String {
+    if !e.usable() {
+        return String::new();
+    }
+    match service_type {
+        ServiceType::LoadBalancer => {
+            let service = match e.via {
+                ServiceTopology::PerShard => names::shard_service(at.cluster, shard),
+                ServiceTopology::PerNode => names::node_service(at.cluster, shard, node),
+            };
+            format!("{service}.{}.svc:{}", at.namespace, e.port)
+        }
+        ServiceType::NodePort => match e.pod_host_ip {
+            Some(ip @ IpAddress::V4(_)) => format!("{}:{}", format_ip(ip), e.port),
+            Some(ip @ IpAddress::V6(_)) => format!("[{}]:{}", format_ip(ip), e.port),
+            None => String::new(),
+        },
+    }
+}
+
 fn shard_endpoint(
+    at: Where<'_>,
     service_type: ServiceType,
     shard: u32,
     nodes: &[u32],
@@ -54,6 +97,7 @@ fn shard_endpoint(
                     0
                 },
                 ready: e.usable() && e.pod_ready,
+                in_cluster: in_cluster(at, service_type, shard, node, e),
             })
             .collect(),
     }

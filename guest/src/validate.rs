@@ -2,8 +2,8 @@
 
 use crate::syntax;
 use shardgate_contract::model::{
-    Cluster, EndpointType, ExternalAccess, HostnameScope, NodeAddressType, NodePorts, ServiceType,
-    Severity, TrafficPolicy, Violation,
+    Cluster, EndpointType, ExternalAccess, HostnameScope, NodeAddressType, NodePorts,
+    ServiceTopology, ServiceType, Severity, TrafficPolicy, Violation,
 };
 use shardgate_contract::{auth, names};
 
@@ -275,11 +275,13 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
                  characters of [A-Za-z0-9._-])",
             );
         }
-        if value.contains(crate::services::TEMPLATE_NODE) {
+        if value.contains(crate::services::TEMPLATE_NODE)
+            && ea.topology == ServiceTopology::PerShard
+        {
             out.error(
                 format!("{EA}.serviceAnnotations[{key:?}]"),
-                "{node} is not available: each Service serves a whole shard; use {shard} or \
-                 {hostname}",
+                "{node} needs topology PerNode: with PerShard each Service serves a whole \
+                 shard; use {shard} or {hostname}",
             );
         }
     }
@@ -327,6 +329,8 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
 pub fn local_policy_drops(ea: &ExternalAccess) -> Option<&'static str> {
     match (ea.service_type, ea.preferred_endpoint_type) {
         (ServiceType::NodePort, EndpointType::Ip) => None,
+        // A node's own load balancer health-checks its one pod's node only.
+        (ServiceType::LoadBalancer, _) if ea.topology == ServiceTopology::PerNode => None,
         (ServiceType::NodePort, EndpointType::Hostname) => Some(
             "Local serves a port only on the Kubernetes node that runs its pod, and an \
              announced hostname may resolve to any node: traffic reaching another node is \
@@ -355,6 +359,18 @@ fn check_exposure_options(cluster: &Cluster, ea: &ExternalAccess, out: &mut Find
         out.warning(
             format!("{EA}.nodeAddressType"),
             "only NodePort ip mode announces a node address; it has no effect here",
+        );
+    }
+    if ea.topology == ServiceTopology::PerNode
+        && !node_port
+        && ea.preferred_endpoint_type == EndpointType::Hostname
+        && ea.hostname_scope == HostnameScope::Shard
+    {
+        out.error(
+            format!("{EA}.hostnameScope"),
+            "must be Node with topology PerNode, serviceType LoadBalancer and hostname \
+             endpoints: each node has its own load balancer, so one hostname per shard \
+             cannot name them all",
         );
     }
     if ea.hostname_scope == HostnameScope::Node && ea.domain.is_none() {

@@ -64,6 +64,7 @@ fn announce<'a>(d: &'a Desired, shard: u32, node: u32, key: &str) -> &'a str {
 
 fn ports(shard: u32, node_ports: &[(u32, u32)]) -> ObservedService {
     ObservedService {
+        node: None,
         shard,
         ports: node_ports
             .iter()
@@ -905,6 +906,22 @@ fn every_exposure_option_error_names_its_field() {
             },
             vec![at("hostnamePrefix")],
         ),
+        (
+            ExternalAccess {
+                topology: ServiceTopology::PerNode,
+                service_type: ServiceType::LoadBalancer,
+                ..hostname_ea()
+            },
+            vec![at("hostnameScope")],
+        ),
+        (
+            ExternalAccess {
+                topology: ServiceTopology::PerNode,
+                service_annotations: vec![("lb.example.com/name".into(), "n-{node}".into())],
+                ..ExternalAccess::default()
+            },
+            vec![],
+        ),
     ] {
         assert_eq!(field(ea.clone()), want, "{ea:?}");
     }
@@ -1028,4 +1045,314 @@ fn node_scope_hostnames_pins_and_load_balancer_settings_are_rendered() {
     assert_eq!(s.load_balancer_source_ranges, ["203.0.113.0/24"]);
     assert_eq!(s.load_balancer_class.as_deref(), Some("example.com/lb"));
     assert_eq!(s.allocate_load_balancer_node_ports, Some(false));
+}
+
+fn per_node(ea: ExternalAccess) -> ExternalAccess {
+    ExternalAccess {
+        topology: ServiceTopology::PerNode,
+        ..ea
+    }
+}
+
+/// A node's own Service, as the API server left it.
+fn node_svc(shard: u32, node: u32, node_port: u32, ingress: Vec<Ingress>) -> ObservedService {
+    ObservedService {
+        shard,
+        node: Some(node),
+        ports: vec![ObservedPort { node, node_port }],
+        ingress,
+    }
+}
+
+fn pods(shards: u32, nodes: u32) -> Vec<ObservedPod> {
+    (0..shards)
+        .flat_map(|s| (0..nodes).map(move |n| pod(s, n, Some(HOST + s * 8 + n))))
+        .collect()
+}
+
+/// The Services of a 2x1 cluster with `topology: PerNode`.
+const NODE_SERVICES: [&str; 4] = [
+    "shardgate-demo-shard-0-node-0",
+    "shardgate-demo-shard-0-node-1",
+    "shardgate-demo-shard-1-node-0",
+    "shardgate-demo-shard-1-node-1",
+];
+
+fn service_names(d: &Desired) -> Vec<&str> {
+    d.services.iter().map(|s| s.name.as_str()).collect()
+}
+
+#[test]
+fn per_node_topology_makes_a_single_port_service_per_node() {
+    let ea = per_node(ExternalAccess {
+        service_annotations: vec![("lb.example.com/name".into(), "vk-{shard}-{node}".into())],
+        ..ExternalAccess::default()
+    });
+    let observed = Observed {
+        services: vec![node_svc(1, 1, 31011, vec![])],
+        pods: pods(2, 2),
+        ..Observed::default()
+    };
+    let d = run(cluster(2, 1, Some(ea)), observed);
+    assert_eq!(service_names(&d), NODE_SERVICES);
+    for s in &d.services {
+        let node = s.node.expect("a node's own Service");
+        let p: Vec<_> = s
+            .ports
+            .iter()
+            .map(|p| (p.node, p.name.as_str(), p.port))
+            .collect();
+        assert_eq!(p, [(node, format!("vk-n{node}").as_str(), 6379)]);
+        assert_eq!(
+            s.annotations,
+            [(
+                "lb.example.com/name".to_string(),
+                format!("vk-{}-{node}", s.shard)
+            )]
+        );
+    }
+    // The allocated NodePort is kept and announced; the others wait for theirs.
+    assert_eq!(d.services[3].ports[0].node_port, 31011);
+    assert_eq!(announce(&d, 1, 1, "cluster-announce-client-port"), "31011");
+    assert_eq!(announce(&d, 1, 0, "cluster-announce-client-port"), "0");
+}
+
+#[test]
+fn per_node_load_balancers_announce_each_nodes_own_address_and_allow_local() {
+    let ea = per_node(ExternalAccess {
+        external_traffic_policy: TrafficPolicy::Local,
+        ..lb_ea()
+    });
+    let lb = |s: u32, n: u32| vec![Ingress::Ip(IpAddress::V4(0xc633_6400 + s * 8 + n))];
+    let observed = Observed {
+        services: (0..2)
+            .flat_map(|s| (0..2).map(move |n| node_svc(s, n, 0, lb(s, n))))
+            .collect(),
+        pods: pods(2, 2),
+        ..Observed::default()
+    };
+    let d = run(cluster(2, 1, Some(ea.clone())), observed);
+    assert_eq!(
+        announce(&d, 1, 1, "cluster-announce-client-ipv4"),
+        "198.51.100.9"
+    );
+    assert_eq!(announce(&d, 1, 1, "cluster-announce-client-port"), "6379");
+    assert_eq!(
+        announce(&d, 0, 1, "cluster-announce-client-ipv4"),
+        "198.51.100.1"
+    );
+    // One pod behind each load balancer: Local drops nothing.
+    let warnings = validate(&cluster(2, 1, Some(ea)));
+    assert!(
+        !warnings
+            .iter()
+            .any(|w| w.field.ends_with("externalTrafficPolicy")),
+        "{warnings:?}"
+    );
+    let shared = validate(&cluster(
+        2,
+        1,
+        Some(ExternalAccess {
+            external_traffic_policy: TrafficPolicy::Local,
+            ..lb_ea()
+        }),
+    ));
+    assert!(
+        shared
+            .iter()
+            .any(|w| w.field.ends_with("externalTrafficPolicy"))
+    );
+}
+
+/// PerShard to PerNode on a live cluster, reconcile by reconcile: the old
+/// endpoints stay announced, and their Services wanted, until every node's
+/// new endpoint is usable; then only the new Services are wanted.
+#[test]
+fn a_topology_switch_keeps_the_old_services_until_every_new_endpoint_is_usable() {
+    let old: Vec<ObservedService> = (0..2)
+        .map(|s| ports(s, &[(0, 31000 + 10 * s), (1, 31001 + 10 * s)]))
+        .collect();
+    let c = cluster(2, 1, Some(per_node(ExternalAccess::default())));
+    // 1. Nothing of the new topology exists yet.
+    let d = run(
+        c.clone(),
+        Observed {
+            services: old.clone(),
+            pods: pods(2, 2),
+            ..Observed::default()
+        },
+    );
+    assert_eq!(
+        service_names(&d),
+        [
+            "shardgate-demo-shard-0",
+            "shardgate-demo-shard-0-node-0",
+            "shardgate-demo-shard-0-node-1",
+            "shardgate-demo-shard-1",
+            "shardgate-demo-shard-1-node-0",
+            "shardgate-demo-shard-1-node-1",
+        ]
+    );
+    assert_eq!(announce(&d, 1, 1, "cluster-announce-client-port"), "31011");
+    // The old Services keep their ports.
+    let shard1 = d
+        .services
+        .iter()
+        .find(|s| s.name == "shardgate-demo-shard-1")
+        .unwrap();
+    assert_eq!(
+        shard1.ports.iter().map(|p| p.node_port).collect::<Vec<_>>(),
+        [31010, 31011]
+    );
+    let eps = d.status.external_endpoints.as_ref().unwrap();
+    assert!(
+        eps.iter().all(|e| e.nodes.iter().all(|n| n.ready)),
+        "{eps:?}"
+    );
+
+    // 2. Three of the four new Services have their NodePorts: those nodes
+    //    move, the fourth keeps its old endpoint, and the old Services stay.
+    let mut services = old.clone();
+    services.extend([
+        node_svc(0, 0, 32000, vec![]),
+        node_svc(0, 1, 32001, vec![]),
+        node_svc(1, 0, 32010, vec![]),
+        node_svc(1, 1, 0, vec![]),
+    ]);
+    let observed = |services: Vec<ObservedService>| Observed {
+        services,
+        pods: pods(2, 2),
+        ..Observed::default()
+    };
+    let d = run(c.clone(), observed(services.clone()));
+    assert_eq!(d.services.len(), 6);
+    assert_eq!(announce(&d, 0, 1, "cluster-announce-client-port"), "32001");
+    assert_eq!(announce(&d, 1, 1, "cluster-announce-client-port"), "31011");
+
+    // 3. Every new endpoint is usable: only the new Services are wanted.
+    services.pop();
+    services.push(node_svc(1, 1, 32011, vec![]));
+    let d = run(c.clone(), observed(services.clone()));
+    assert_eq!(service_names(&d), NODE_SERVICES);
+    assert_eq!(announce(&d, 1, 1, "cluster-announce-client-port"), "32011");
+
+    // And back: PerNode to PerShard works the same way round.
+    let back = cluster(2, 1, Some(ExternalAccess::default()));
+    let new_only: Vec<ObservedService> = services
+        .iter()
+        .filter(|s| s.node.is_some())
+        .cloned()
+        .collect();
+    let d = run(back, observed(new_only));
+    assert_eq!(d.services.len(), 6);
+    assert_eq!(announce(&d, 1, 1, "cluster-announce-client-port"), "32011");
+}
+
+#[test]
+fn a_topology_switch_with_pinned_node_ports_is_refused_by_field() {
+    let ea = per_node(ExternalAccess {
+        node_ports: Some(NodePorts {
+            base: Some(30100),
+            ports: vec![],
+        }),
+        ..ExternalAccess::default()
+    });
+    let observed = Observed {
+        services: vec![ports(0, &[(0, 30100), (1, 30101)])],
+        pods: pods(1, 2),
+        ..Observed::default()
+    };
+    let err = reconcile(&input(cluster(1, 1, Some(ea.clone())), observed)).unwrap_err();
+    assert_eq!(err.violations.len(), 1);
+    assert_eq!(err.violations[0].field, "spec.externalAccess.topology");
+    assert!(err.violations[0].message.contains("nodePorts"), "{err:?}");
+    // Pinned from the start, PerNode is fine: node (s, n) gets base + s*2 + n.
+    let d = run(cluster(2, 1, Some(ea)), Observed::default());
+    let pins: Vec<u32> = d.services.iter().map(|s| s.ports[0].node_port).collect();
+    assert_eq!(pins, [30100, 30101, 30102, 30103]);
+}
+
+/// `shardgate-<c>-shard-<s>-node-<n>` is 11 characters longer than the node
+/// StatefulSet's `shardgate-<c>-<s>-<n>`, whose limit is 11 under a label's,
+/// so every name the StatefulSet check accepts fits a per-node Service.
+#[test]
+fn per_node_service_names_fit_whenever_the_node_objects_do() {
+    for (shards, replicas) in [(1, 0), (10, 9), (100, 10)] {
+        let mut longest = None;
+        for len in 1..64 {
+            let mut c = cluster(shards, replicas, Some(per_node(ExternalAccess::default())));
+            c.name = "a".repeat(len);
+            if errors(c.clone()).is_empty() {
+                longest = Some(c);
+            }
+        }
+        let c = longest.expect("some name fits");
+        let last =
+            shardgate_contract::names::node_service(&c.name, shards as u32 - 1, replicas as u32);
+        assert!(last.len() <= 63, "{last} ({} characters)", last.len());
+        let d = run(c, Observed::default());
+        assert!(d.services.iter().all(|s| s.name.len() <= 63));
+    }
+}
+
+fn in_cluster(d: &Desired, shard: u32, node: u32) -> &str {
+    let eps = d.status.external_endpoints.as_ref().unwrap();
+    let e = eps.iter().find(|e| e.shard == shard).unwrap();
+    &e.nodes.iter().find(|n| n.node == node).unwrap().in_cluster
+}
+
+/// Status gives each node the in-cluster address that answers on its
+/// announced port: the load balancer Service's DNS name (the one it is
+/// reached through, during a switch too), or the pod's node InternalIP and
+/// NodePort; nothing while the endpoint is not usable.
+#[test]
+fn status_gives_each_node_an_in_cluster_address_on_its_announced_port() {
+    let lb = |s: u32, n: u32| vec![Ingress::Ip(IpAddress::V4(0xc633_6400 + s * 8 + n))];
+    let node_lbs: Vec<ObservedService> = (0..2)
+        .flat_map(|s| (0..2).map(move |n| node_svc(s, n, 0, lb(s, n))))
+        .collect();
+    let shard_lbs: Vec<ObservedService> = (0..2)
+        .map(|s| ObservedService {
+            ingress: lb(s, 7),
+            ..ports(s, &[])
+        })
+        .collect();
+    let observed = |services: Vec<ObservedService>| Observed {
+        services,
+        pods: pods(2, 2),
+        ..Observed::default()
+    };
+    // (topology, what exists) => node (1, 1)'s in-cluster address
+    for (topology, services, want) in [
+        (
+            ServiceTopology::PerNode,
+            node_lbs.clone(),
+            "shardgate-demo-shard-1-node-1.default.svc:6379",
+        ),
+        (
+            ServiceTopology::PerShard,
+            shard_lbs.clone(),
+            "shardgate-demo-shard-1.default.svc:6380",
+        ),
+        // Switching to PerShard: still reached through its own Service.
+        (
+            ServiceTopology::PerShard,
+            node_lbs.clone(),
+            "shardgate-demo-shard-1-node-1.default.svc:6379",
+        ),
+        (ServiceTopology::PerNode, vec![], ""),
+    ] {
+        let ea = ExternalAccess {
+            topology,
+            ..lb_ea()
+        };
+        let d = run(cluster(2, 1, Some(ea)), observed(services));
+        assert_eq!(in_cluster(&d, 1, 1), want, "{topology:?}");
+    }
+    let d = run(
+        cluster(2, 1, Some(ExternalAccess::default())),
+        observed(vec![ports(1, &[(0, 31010), (1, 31011)])]),
+    );
+    assert_eq!(in_cluster(&d, 1, 1), "10.0.0.14:31011");
+    assert_eq!(in_cluster(&d, 0, 1), "", "no NodePort yet");
 }

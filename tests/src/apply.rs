@@ -22,6 +22,7 @@ pub fn applied(desired: &Desired, before: &Observed) -> Observed {
         .iter()
         .map(|s| ObservedService {
             shard: s.shard,
+            node: s.node,
             ports: s
                 .ports
                 .iter()

@@ -133,6 +133,149 @@ impl Coverage {
 
 // ---------------------------------------------------------------- clients
 
+/// An application writing through a cluster client, one key after another,
+/// until stopped: what it was told succeeded and what failed. With
+/// `refresh`, it re-reads the topology that often and moves to the
+/// addresses it names (as go-redis and valkey-glide do); without, it learns
+/// addresses only from redirects and errors, as redis-rs does.
+pub struct Writer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    acked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<Written>,
+}
+
+/// What a [`Writer`] saw.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// The indices of the keys whose `SET` was acknowledged.
+    pub acked: Vec<usize>,
+    /// Every `SET` the client gave up on (after its own retries).
+    pub errors: Vec<String>,
+    /// Topology refreshes that moved the client (new seeds).
+    pub refreshes: usize,
+}
+
+impl Writer {
+    /// Writes `<tag>-<i>` = `i` from `seed` on, logged in as `login`.
+    pub async fn start(seed: &str, login: &Login, refresh: Option<Duration>) -> Self {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let acked = std::sync::Arc::new(AtomicUsize::new(0));
+        let mut conn = crate::valkey::cluster_client(seed, Some(login)).await;
+        let login = login.clone();
+        let task = tokio::spawn({
+            let (stop, acked) = (stop.clone(), acked.clone());
+            async move {
+                let mut out = Written::default();
+                let mut refreshed = tokio::time::Instant::now();
+                let mut seeds = BTreeSet::new();
+                for i in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if let Some(every) = refresh
+                        && refreshed.elapsed() >= every
+                    {
+                        refreshed = tokio::time::Instant::now();
+                        if let Some(now) = topology(&mut conn).await
+                            && now != seeds
+                        {
+                            let first = now.iter().next().cloned().unwrap_or_default();
+                            conn = crate::valkey::cluster_client(&first, Some(&login)).await;
+                            seeds = now;
+                            out.refreshes += 1;
+                        }
+                    }
+                    let key = format!("{tag}-{i}", tag = "w");
+                    match redis::AsyncCommands::set::<_, _, ()>(&mut conn, &key, i).await {
+                        Ok(()) => {
+                            out.acked.push(i);
+                            acked.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => out.errors.push(format!("SET {key}: {e}")),
+                    }
+                    // An application's pace, not a wait for a condition.
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                out
+            }
+        });
+        Writer { stop, acked, task }
+    }
+
+    /// Writes acknowledged so far.
+    pub fn acked(&self) -> usize {
+        self.acked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits until `more` further writes are acknowledged (the client
+    /// works now), failing after [`WAIT`].
+    pub async fn progresses(&self, more: usize) {
+        let want = self.acked() + more;
+        wait::until(&format!("{want} writes acknowledged"), WAIT, || {
+            (self.acked() >= want).then_some(())
+        })
+        .await;
+    }
+
+    /// Stops writing and says what happened.
+    pub async fn stop(self) -> Written {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.expect("the writer panicked")
+    }
+}
+
+/// The `host:port` of every node in `CLUSTER SLOTS`, asked of any node.
+async fn topology(conn: &mut redis::cluster_async::ClusterConnection) -> Option<BTreeSet<String>> {
+    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SLOTS");
+    let v = conn
+        .route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+        .await
+        .ok()?;
+    let redis::Value::Array(ranges) = v else {
+        return None;
+    };
+    let mut out = BTreeSet::new();
+    for range in ranges {
+        let redis::Value::Array(items) = range else {
+            continue;
+        };
+        for node in items.iter().skip(2) {
+            if let redis::Value::Array(f) = node {
+                out.insert(format!(
+                    "{}:{}",
+                    crate::valkey::text(&f[0]),
+                    crate::valkey::text(&f[1])
+                ));
+            }
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Reads back every key `written` acknowledged through `conn`: the count
+/// found with its value.
+pub async fn read_back(conn: &redis::cluster_async::ClusterConnection, written: &Written) -> usize {
+    use futures::{StreamExt, stream};
+    stream::iter(written.acked.iter().copied())
+        .map(|i| {
+            let mut c = conn.clone();
+            async move {
+                let v: Option<usize> = redis::AsyncCommands::get(&mut c, format!("w-{i}"))
+                    .await
+                    .ok()
+                    .flatten();
+                v == Some(i)
+            }
+        })
+        .buffer_unordered(64)
+        .filter(|ok| std::future::ready(*ok))
+        .count()
+        .await
+}
+
 /// The client's own resolver: announced hostnames lead where the sandbox's
 /// DNS says; anything else is resolved normally.
 pub struct Hosts(pub BTreeMap<String, IpAddr>);
@@ -160,7 +303,7 @@ pub fn hosts(sandbox: &Sandbox, endpoints: &[Endpoint]) -> Hosts {
     Hosts(
         endpoints
             .iter()
-            .map(|e| (e.host.clone(), sandbox.resolve(e.shard, &e.host)))
+            .map(|e| (e.host.clone(), sandbox.resolve(e.shard, e.node, &e.host)))
             .collect(),
     )
 }

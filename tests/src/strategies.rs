@@ -102,7 +102,7 @@ pub fn external_access() -> impl Strategy<Value = ExternalAccess> {
         )
 }
 
-/// The options beyond the seed's: hostname scope, node address type,
+/// The options beyond the seed's: hostname scope, topology, node address type,
 /// pinned NodePorts (valid and not), load-balancer settings, external-dns.
 fn exposure_options() -> impl Strategy<Value = ExternalAccess> {
     let pins = prop_oneof![
@@ -126,17 +126,24 @@ fn exposure_options() -> impl Strategy<Value = ExternalAccess> {
         option::weighted(0.1, "[a-z]{1,5}\\.io/[a-z]{1,8}"),
         option::of(any::<bool>()),
         prop::bool::weighted(0.2),
+        prop_oneof![
+            Just(ServiceTopology::PerShard),
+            Just(ServiceTopology::PerNode)
+        ],
     )
         .prop_map(
-            |(scope, address, pins, ranges, class, allocate, external_dns)| ExternalAccess {
-                hostname_scope: scope,
-                node_address_type: address,
-                node_ports: pins,
-                load_balancer_source_ranges: ranges,
-                load_balancer_class: class,
-                allocate_load_balancer_node_ports: allocate,
-                external_dns,
-                ..ExternalAccess::default()
+            |(scope, address, pins, ranges, class, allocate, external_dns, topology)| {
+                ExternalAccess {
+                    hostname_scope: scope,
+                    topology,
+                    node_address_type: address,
+                    node_ports: pins,
+                    load_balancer_source_ranges: ranges,
+                    load_balancer_class: class,
+                    allocate_load_balancer_node_ports: allocate,
+                    external_dns,
+                    ..ExternalAccess::default()
+                }
             },
         )
 }
@@ -254,16 +261,21 @@ pub fn observed(shards: u32, nodes: u32) -> impl Strategy<Value = Observed> {
         ip().prop_map(Ingress::Ip),
         "[a-z]{3,8}\\.elb\\.example\\.com".prop_map(Ingress::Hostname)
     ];
-    let service = (0..s, vec(port, 0..(n as usize + 1)), vec(ingress, 0..2)).prop_map(
-        |(shard, ports, ingress)| ObservedService {
+    let service = (
+        0..s,
+        option::weighted(0.3, 0..n),
+        vec(port, 0..(n as usize + 1)),
+        vec(ingress, 0..2),
+    )
+        .prop_map(|(shard, node, ports, ingress)| ObservedService {
             shard,
+            node,
             ports: ports
                 .into_iter()
                 .map(|(node, node_port)| ObservedPort { node, node_port })
                 .collect(),
             ingress,
-        },
-    );
+        });
     let pod = (
         0..s,
         0..n,

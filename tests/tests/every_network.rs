@@ -29,6 +29,20 @@ async fn no_writes_at_steady_state(sandbox: &Sandbox) {
     assert_eq!(emu.total_writes(), 0, "{:?}", emu.write_counts());
 }
 
+/// No Event warns about `externalTrafficPolicy`.
+fn no_traffic_policy_warning(sandbox: &Sandbox) {
+    let events = sandbox
+        .emulator()
+        .list("events.k8s.io/v1/Event", Some(sandbox.namespace()));
+    assert!(
+        !events.iter().any(|e| e["note"]
+            .as_str()
+            .unwrap_or("")
+            .contains("externalTrafficPolicy")),
+        "{events:#?}"
+    );
+}
+
 fn hosts(ready: &Ready) -> Vec<String> {
     ready.endpoints.iter().map(|e| e.host.clone()).collect()
 }
@@ -77,17 +91,42 @@ async fn external_ips_and_pinned_node_ports() {
     }
     // Local is right for this mode: no warning about it.
     let vc = sandbox.api().get(sandbox.name()).await.unwrap();
-    let events = sandbox
-        .emulator()
-        .list("events.k8s.io/v1/Event", Some(sandbox.namespace()));
-    assert!(
-        !events.iter().any(|e| e["note"]
-            .as_str()
-            .unwrap_or("")
-            .contains("externalTrafficPolicy")),
-        "{events:#?}"
-    );
-    assert!(vc.status.is_some());
+    no_traffic_policy_warning(&sandbox);
+    // Split horizon: status gives each node the address that answers on
+    // its port inside Kubernetes, its node's InternalIP, and it reaches the
+    // same Valkey node as the external endpoint.
+    let login = e2e::login_of(&ready);
+    let status = vc.status.clone().unwrap();
+    for shard in status.external_endpoints.iter().flatten() {
+        for n in &shard.nodes {
+            let e = ready
+                .endpoints
+                .iter()
+                .find(|e| e.shard as i32 == shard.shard_index && e.node as i32 == n.node_index)
+                .unwrap();
+            let inside: std::net::SocketAddr = n.in_cluster.parse().unwrap();
+            assert_eq!(inside.port(), e.port, "{n:?}");
+            assert!(
+                sandbox
+                    .nodes()
+                    .iter()
+                    .any(|k| std::net::IpAddr::V4(k.internal_ip) == inside.ip()),
+                "{n:?}: not an InternalIP"
+            );
+            let my_id = |addr| {
+                let login = login.clone();
+                async move {
+                    let mut c = e2e::plain(addr, &login).await;
+                    redis::cmd("CLUSTER")
+                        .arg("MYID")
+                        .query_async::<String>(&mut c)
+                        .await
+                        .unwrap()
+                }
+            };
+            assert_eq!(my_id(inside).await, my_id(e.address).await, "{n:?}");
+        }
+    }
     prove_data_path(&sandbox, &ready, "pinned").await;
     no_writes_at_steady_state(&sandbox).await;
     sandbox.shutdown().await;
@@ -131,6 +170,161 @@ async fn a_hostname_per_node_with_external_dns() {
         assert_eq!(annotations["example.com/shard"], format!("s{shard}"));
     }
     prove_data_path(&sandbox, &ready, "pernode").await;
+    no_writes_at_steady_state(&sandbox).await;
+    sandbox.shutdown().await;
+}
+
+/// The external Services of the sandbox's cluster: (name, node label).
+fn external_services(sandbox: &Sandbox) -> Vec<(String, Option<String>)> {
+    let mut out: Vec<(String, Option<String>)> = sandbox
+        .emulator()
+        .list("services", Some(sandbox.namespace()))
+        .into_iter()
+        .filter(|s| s["spec"]["type"] == "LoadBalancer" || s["spec"]["type"] == "NodePort")
+        .map(|s| {
+            (
+                s["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                s["metadata"]["labels"]["shardgate.io/node"]
+                    .as_str()
+                    .map(String::from),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `topology: PerNode` behind load balancers: each node has its own
+/// address, on 6379. Then the cluster moves to PerShard and back while an
+/// application writes throughout: the new Services are made and announced
+/// before the old ones go (after the grace period), and the application,
+/// which refreshes its topology as go-redis and valkey-glide do, sees no
+/// error. Every acknowledged key is read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_balancer_per_node_and_live_switches_between_topologies() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let yaml = cluster_yaml(
+        "nodes",
+        json!({"enabled": true, "serviceType": "LoadBalancer", "topology": "PerNode",
+               "externalTrafficPolicy": "Local", "switchGracePeriodSeconds": 3,
+               "serviceAnnotations": {"example.com/node": "{shard}-{node}"}}),
+    );
+    let (sandbox, ready, _work) = e2e::start(&yaml).await;
+    let mut addresses: Vec<String> = hosts(&ready);
+    addresses.sort();
+    addresses.dedup();
+    assert_eq!(
+        addresses.len(),
+        4,
+        "one address per node: {:?}",
+        ready.endpoints
+    );
+    assert!(
+        ready.endpoints.iter().all(|e| e.port == 6379),
+        "{:?}",
+        ready.endpoints
+    );
+    let services = external_services(&sandbox);
+    assert_eq!(services.len(), 4, "{services:?}");
+    assert!(
+        services.iter().all(|(_, node)| node.is_some()),
+        "{services:?}"
+    );
+    let svc = sandbox
+        .emulator()
+        .get(
+            "services",
+            sandbox.namespace(),
+            &shardgate_contract::names::node_service(sandbox.name(), 1, 1),
+        )
+        .unwrap();
+    assert_eq!(svc["metadata"]["annotations"]["example.com/node"], "1-1");
+    // Local is right with a load balancer per node: no warning about it.
+    no_traffic_policy_warning(&sandbox);
+    prove_data_path(&sandbox, &ready, "nodes").await;
+    no_writes_at_steady_state(&sandbox).await;
+
+    let login = e2e::login_of(&ready);
+    let writer = e2e::Writer::start(
+        &e2e::seed(&ready.endpoints[0]),
+        &login,
+        Some(std::time::Duration::from_millis(300)),
+    )
+    .await;
+    writer.progresses(50).await;
+    let mut last = ready;
+    // `{node}` means nothing to a shard's Service, so it goes with PerShard.
+    for (topology, template, per_node, services) in [
+        ("PerShard", "{shard}", false, 2),
+        ("PerNode", "{shard}-{node}", true, 4),
+    ] {
+        sandbox
+            .patch_spec(json!({"externalAccess": {"topology": topology,
+                "serviceAnnotations": {"example.com/node": template}}}))
+            .await
+            .unwrap();
+        // The old Services go only after the new ones are announced and the
+        // grace period has passed.
+        shardgate_tests::wait::until_or(
+            &format!("only the {topology} Services"),
+            e2e::WAIT,
+            || {
+                let now = external_services(&sandbox);
+                now.len() == services && now.iter().all(|(_, n)| n.is_some() == per_node)
+            },
+            || {
+                let vc =
+                    sandbox
+                        .emulator()
+                        .get("valkeyclusters", sandbox.namespace(), sandbox.name());
+                format!(
+                    "Services {:?}; status {:#}",
+                    external_services(&sandbox),
+                    vc.map(|v| v["status"].clone()).unwrap_or_default()
+                )
+            },
+        )
+        .await;
+        last = sandbox.wait_ready(e2e::READY).await.unwrap();
+        let mut ports: Vec<u16> = last.endpoints.iter().map(|e| e.port).collect();
+        ports.sort();
+        ports.dedup();
+        let want: Vec<u16> = if per_node {
+            vec![6379]
+        } else {
+            vec![6379, 6380]
+        };
+        assert_eq!(ports, want, "{topology}: {:?}", last.endpoints);
+        for e in &last.endpoints {
+            e2e::assert_only_external(e.address, &last.endpoints, &login).await;
+        }
+        // The application works on the new endpoints.
+        writer.progresses(50).await;
+    }
+    let written = writer.stop().await;
+    let conn =
+        shardgate_tests::valkey::cluster_client(&e2e::seed(&last.endpoints[0]), Some(&login)).await;
+    let found = e2e::read_back(&conn, &written).await;
+    println!(
+        "topology switches: {} writes acknowledged, {} errors, {} topology moves, {} read back",
+        written.acked.len(),
+        written.errors.len(),
+        written.refreshes,
+        found
+    );
+    assert!(written.errors.is_empty(), "{:?}", written.errors);
+    assert!(
+        written.refreshes >= 2,
+        "the application moved at each switch"
+    );
+    assert_eq!(
+        found,
+        written.acked.len(),
+        "every acknowledged key is there"
+    );
     no_writes_at_steady_state(&sandbox).await;
     sandbox.shutdown().await;
 }

@@ -13,8 +13,8 @@ bindgen!({
 });
 
 use self::shardgate::reconcile::types::{
-    Cluster, EndpointType, ExternalAccess, HostnameScope, NodeAddressType, Scheduling, ServiceType,
-    Severity, SpreadSet, Strength, TrafficPolicy,
+    Cluster, EndpointType, ExternalAccess, HostnameScope, NodeAddressType, Scheduling,
+    ServiceTopology, ServiceType, Severity, SpreadSet, Strength, TrafficPolicy,
 };
 
 struct Host {
@@ -49,6 +49,7 @@ fn cluster(domain: Option<&str>) -> Cluster {
             domain: domain.map(String::from),
             preferred_endpoint_type: EndpointType::Hostname,
             hostname_scope: HostnameScope::Shard,
+            topology: ServiceTopology::PerShard,
             node_address_type: NodeAddressType::InternalIp,
             node_ports: None,
             load_balancer_source_ranges: vec![],

@@ -250,6 +250,7 @@ fn announce_settings(node_ports: Option<&[u16]>) -> Vec<Vec<(String, String)>> {
                     .iter()
                     .enumerate()
                     .map(|(shard, &p)| ObservedService {
+                        node: None,
                         shard: shard as u32,
                         ports: vec![ObservedPort {
                             node: 0,

@@ -113,6 +113,35 @@ pub enum HostnameScope {
     Node,
 }
 
+/// `spec.externalAccess.topology`: one external Service per shard (a port
+/// per node) or one per node (a single port, so a LoadBalancer gives each
+/// node its own address).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
+#[repr(u8)]
+pub enum ServiceTopology {
+    #[default]
+    #[cfg_attr(feature = "wasmtime", component(name = "per-shard"))]
+    PerShard,
+    #[cfg_attr(feature = "wasmtime", component(name = "per-node"))]
+    PerNode,
+}
+
+impl ServiceTopology {
+    /// The other topology: the one a switch comes from.
+    pub fn other(self) -> Self {
+        match self {
+            ServiceTopology::PerShard => ServiceTopology::PerNode,
+            ServiceTopology::PerNode => ServiceTopology::PerShard,
+        }
+    }
+}
+
 /// `spec.externalAccess.nodeAddressType`: which address of a pod's
 /// Kubernetes node NodePort `ip` mode announces.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -169,6 +198,7 @@ pub struct ExternalAccess {
     pub preferred_endpoint_type: EndpointType,
     #[cfg_attr(feature = "wasmtime", component(name = "hostname-scope"))]
     pub hostname_scope: HostnameScope,
+    pub topology: ServiceTopology,
     #[cfg_attr(feature = "wasmtime", component(name = "node-address-type"))]
     pub node_address_type: NodeAddressType,
     #[cfg_attr(feature = "wasmtime", component(name = "node-ports"))]
@@ -199,6 +229,7 @@ impl Default for ExternalAccess {
             domain: None,
             preferred_endpoint_type: EndpointType::Ip,
             hostname_scope: HostnameScope::Shard,
+            topology: ServiceTopology::PerShard,
             node_address_type: NodeAddressType::InternalIp,
             node_ports: None,
             load_balancer_source_ranges: Vec::new(),
@@ -463,7 +494,8 @@ pub struct ObservedPort {
     pub node_port: u32,
 }
 
-/// A shard Service as it exists in the cluster.
+/// An external Service as it exists in the cluster: a shard's, or with
+/// `node` one node's.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -473,6 +505,8 @@ pub struct ObservedPort {
 )]
 pub struct ObservedService {
     pub shard: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub node: Option<u32>,
     pub ports: Vec<ObservedPort>,
     pub ingress: Vec<Ingress>,
 }
@@ -692,7 +726,8 @@ pub struct ServicePort {
     pub node_port: u32,
 }
 
-/// A per-shard Service, exposing every node of the shard.
+/// An external Service: a shard's, exposing every node of the shard, or
+/// with `node` one node's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(
@@ -702,6 +737,8 @@ pub struct ServicePort {
 )]
 pub struct ShardService {
     pub shard: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub node: Option<u32>,
     pub name: String,
     #[cfg_attr(feature = "wasmtime", component(name = "service-type"))]
     pub service_type: ServiceType,
@@ -778,6 +815,10 @@ pub struct NodeEndpoint {
     pub host: String,
     pub port: u32,
     pub ready: bool,
+    /// `host:port` answering on the announced port inside Kubernetes.
+    #[cfg_attr(feature = "wasmtime", component(name = "in-cluster"))]
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub in_cluster: String,
 }
 
 /// One entry of `status.externalEndpoints`.

@@ -41,6 +41,26 @@ pub fn shard_service(cluster: &str, shard: u32) -> String {
     s
 }
 
+/// The shard and node whose own external Service of `cluster` is named
+/// `name` ([`node_service`]), if it is one.
+pub fn parse_node_service(cluster: &str, name: &str) -> Option<(u32, u32)> {
+    let rest = name
+        .strip_prefix(OBJECT_PREFIX)?
+        .strip_prefix(cluster)?
+        .strip_prefix("-shard-")?;
+    let (shard, node) = rest.split_once("-node-")?;
+    Some((parse_index(shard)?, parse_index(node)?))
+}
+
+/// `shardgate-<cluster>-shard-<shard>-node-<node>`: a node's own external
+/// Service (`topology: PerNode`).
+pub fn node_service(cluster: &str, shard: u32, node: u32) -> String {
+    let mut s = shard_service(cluster, shard);
+    s.push_str("-node-");
+    push_u32(&mut s, node);
+    s
+}
+
 /// `shardgate-<cluster>-<shard>-<node>`: the node's StatefulSet, ConfigMap and
 /// headless Service.
 pub fn node_object(cluster: &str, shard: u32, node: u32) -> String {
@@ -148,6 +168,7 @@ mod tests {
     fn names_follow_the_grammar() {
         assert_eq!(shard_service("c", 2), "shardgate-c-shard-2");
         assert_eq!(node_object("c", 2, 1), "shardgate-c-2-1");
+        assert_eq!(node_service("c", 2, 1), "shardgate-c-shard-2-node-1");
         assert_eq!(node_name("c", 2, 1), "c-2-1");
         assert_eq!(port_name(12), "vk-n12");
         assert_eq!(users_secret("c"), "c-users");
@@ -161,6 +182,29 @@ mod tests {
             node_hostname("shard", 3, 1, "example.com."),
             "shard-3-1.example.com"
         );
+    }
+
+    #[test]
+    fn service_names_parse_back_to_their_indices_and_no_other() {
+        for (s, n) in [(0, 0), (2, 1), (12, 11)] {
+            assert_eq!(parse_shard_service("c", &shard_service("c", s)), Some(s));
+            assert_eq!(
+                parse_node_service("c", &node_service("c", s, n)),
+                Some((s, n))
+            );
+            // One grammar never reads as the other.
+            assert_eq!(parse_node_service("c", &shard_service("c", s)), None);
+            assert_eq!(parse_shard_service("c", &node_service("c", s, n)), None);
+        }
+        for bad in [
+            "shardgate-c-shard-0-node-",
+            "shardgate-c-shard-0-node-01",
+            "shardgate-c-shard--node-1",
+            "shardgate-c-0-1",
+            "shardgate-d-shard-0-node-1",
+        ] {
+            assert_eq!(parse_node_service("c", bad), None, "{bad}");
+        }
     }
 
     #[test]

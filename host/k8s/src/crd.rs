@@ -346,6 +346,20 @@ pub struct ExternalAccessSpec {
     /// certificates and TLS SNI routing).
     #[serde(default)]
     pub hostname_scope: HostnameScope,
+    /// One Service per shard with a port per node (default), or one per
+    /// node with a single port, so a LoadBalancer gives each node its own
+    /// address. Changing it on a live cluster keeps every client working:
+    /// the new Services are made and announced before the old ones go.
+    #[serde(default)]
+    pub topology: ServiceTopology,
+    /// After a topology change, how long the old Services stay once every
+    /// node announces its new endpoint: clients that refresh their view of
+    /// the cluster periodically (go-redis every 10 s, valkey-glide every
+    /// 60 s) move to the new endpoints meanwhile. A client that learns
+    /// addresses only from redirects must be given a new seed endpoint.
+    #[serde(default = "default_switch_grace")]
+    #[schemars(range(max = 3600))]
+    pub switch_grace_period_seconds: u32,
     /// Which address of a pod's Kubernetes node NodePort `ip` mode
     /// announces: `InternalIP` (default) or `ExternalIP` (on clouds whose
     /// InternalIP is private).
@@ -392,6 +406,14 @@ pub enum HostnameScope {
     Node,
 }
 
+/// `spec.externalAccess.topology`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ServiceTopology {
+    #[default]
+    PerShard,
+    PerNode,
+}
+
 /// `spec.externalAccess.nodeAddressType`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum NodeAddressType {
@@ -414,6 +436,8 @@ impl Default for ExternalAccessSpec {
             domain: None,
             preferred_endpoint_type: EndpointType::default(),
             hostname_scope: HostnameScope::default(),
+            topology: ServiceTopology::default(),
+            switch_grace_period_seconds: default_switch_grace(),
             node_address_type: NodeAddressType::default(),
             node_ports: None,
             load_balancer_source_ranges: Vec::new(),
@@ -422,6 +446,13 @@ impl Default for ExternalAccessSpec {
             external_dns: false,
         }
     }
+}
+
+/// `spec.externalAccess.switchGracePeriodSeconds`' default.
+pub const DEFAULT_SWITCH_GRACE_SECONDS: u32 = 120;
+
+fn default_switch_grace() -> u32 {
+    DEFAULT_SWITCH_GRACE_SECONDS
 }
 
 fn default_hostname_prefix() -> String {
@@ -517,4 +548,9 @@ pub struct NodeEndpointStatus {
     #[serde(default)]
     pub port: i32,
     pub ready: bool,
+    /// `host:port` answering on the same port from inside Kubernetes (split
+    /// horizon): the load balancer Service's DNS name, or the pod's node
+    /// InternalIP and NodePort.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub in_cluster: String,
 }

@@ -334,6 +334,7 @@ fn endpoints(eps: &[m::ShardEndpoint]) -> Vec<ShardEndpointStatus> {
                     host: n.host.clone(),
                     port: n.port as i32,
                     ready: n.ready,
+                    in_cluster: n.in_cluster.clone(),
                 })
                 .collect(),
         })

@@ -44,6 +44,8 @@ pub struct Context {
     pub settings_set: Mutex<HashMap<String, String>>,
     modules: Arc<ModuleManager>,
     failures: Mutex<HashMap<ObjectRef<ValkeyCluster>, u32>>,
+    /// When each cluster's old topology Services were first found retiring.
+    pub retiring: crate::reconcile::retire::Retiring,
     /// Looks in a row that found a reshaping cluster with nothing to do yet.
     waits: Mutex<HashMap<ObjectRef<ValkeyCluster>, u32>>,
 }
@@ -74,6 +76,7 @@ impl Context {
             modules,
             failures: Mutex::new(HashMap::new()),
             waits: Mutex::new(HashMap::new()),
+            retiring: Default::default(),
         }
     }
 

@@ -11,9 +11,10 @@
 //!   every node), all forwarding to the same pod.
 //! - **LoadBalancer** Services: acting as the cloud controller, the proxy
 //!   gives each one an address in `load_balancer_network` (a loopback /24):
-//!   `.S` for a Service labelled `shardgate.io/shard: S` (127.0.2.0 for
-//!   shard 0: all of 127/8 is loopback), otherwise, or if that address is
-//!   taken by another Service, the highest free one. It
+//!   `.S` for a Service labelled `shardgate.io/shard: S` and no
+//!   `shardgate.io/node` (a shard's: 127.0.2.0 for shard 0, all of 127/8
+//!   is loopback), otherwise (a node's own Service, say), or if that
+//!   address is taken by another Service, the highest free one. It
 //!   writes `status.loadBalancer.ingress: [{ip}]` (only when it differs) and
 //!   listens on `ip:port` for each port. When a Service stops being a
 //!   LoadBalancer its address is released and its ingress cleared.
@@ -63,6 +64,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_ERRORS: usize = 1000;
 /// The label whose value picks a LoadBalancer Service's address.
 const SHARD_LABEL: &str = "shardgate.io/shard";
+/// A node's own Service carries this too, and takes no shard's address.
+const NODE_LABEL: &str = "shardgate.io/node";
 
 /// Where the proxy listens.
 #[derive(Clone, Debug)]
@@ -468,7 +471,11 @@ fn service_type(svc: &Service) -> &str {
 }
 
 fn shard_index(svc: &Service) -> Option<u8> {
-    svc.metadata.labels.as_ref()?.get(SHARD_LABEL)?.parse().ok()
+    let labels = svc.metadata.labels.as_ref()?;
+    if labels.contains_key(NODE_LABEL) {
+        return None;
+    }
+    labels.get(SHARD_LABEL)?.parse().ok()
 }
 
 fn ingress_ips(svc: &Service) -> Vec<String> {

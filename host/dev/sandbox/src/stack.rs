@@ -412,20 +412,20 @@ impl Sandbox {
     }
 
     /// The sandbox's DNS: where an announced host leads. An IP is itself; a
-    /// hostname leads to its shard's load balancer, or to node 0's
-    /// InternalIP (every NodePort listens on every node).
-    pub fn resolve(&self, shard: u32, host: &str) -> IpAddr {
+    /// hostname leads to its node's own load balancer, else its shard's,
+    /// else to node 0's InternalIP (every NodePort listens on every node).
+    pub fn resolve(&self, shard: u32, node: u32, host: &str) -> IpAddr {
         if let Ok(ip) = host.parse() {
             return ip;
         }
-        let service = names::shard_service(&self.name, shard);
-        self.emu
-            .get("services", &self.namespace, &service)
-            .and_then(|s| {
-                s["status"]["loadBalancer"]["ingress"][0]["ip"]
-                    .as_str()
-                    .and_then(|ip| ip.parse().ok())
-            })
+        let ingress = |service: String| {
+            let s = self.emu.get("services", &self.namespace, &service)?;
+            s["status"]["loadBalancer"]["ingress"][0]["ip"]
+                .as_str()
+                .and_then(|ip| ip.parse().ok())
+        };
+        ingress(names::node_service(&self.name, shard, node))
+            .or_else(|| ingress(names::shard_service(&self.name, shard)))
             .unwrap_or(IpAddr::V4(SandboxNode::new(0).internal_ip))
     }
 
@@ -531,7 +531,7 @@ impl Sandbox {
             for n in &shard.nodes {
                 let (s, node) = (shard.shard_index as u32, n.node_index as u32);
                 let port = u16::try_from(n.port).context("port out of range")?;
-                let address = SocketAddr::new(self.resolve(s, &n.host), port);
+                let address = SocketAddr::new(self.resolve(s, node, &n.host), port);
                 endpoints.push(Endpoint {
                     shard: s,
                     node,

@@ -15,8 +15,8 @@ use shardgate_contract::model::{self as m, Input, Pair};
 use shardgate_contract::{labels, names};
 
 use crate::crd::{
-    DisruptionBudgetMode, EndpointType, HostnameScope, NodeAddressType, ReclaimPolicy, ServiceType,
-    SpreadSpec, Strength, TrafficPolicy, ValkeyCluster,
+    DisruptionBudgetMode, EndpointType, HostnameScope, NodeAddressType, ReclaimPolicy,
+    ServiceTopology, ServiceType, SpreadSpec, Strength, TrafficPolicy, ValkeyCluster,
 };
 
 /// The guest's view of a cluster's spec.
@@ -57,6 +57,10 @@ pub fn cluster(vc: &ValkeyCluster) -> m::Cluster {
             hostname_scope: match ea.hostname_scope {
                 HostnameScope::Shard => m::HostnameScope::Shard,
                 HostnameScope::Node => m::HostnameScope::Node,
+            },
+            topology: match ea.topology {
+                ServiceTopology::PerShard => m::ServiceTopology::PerShard,
+                ServiceTopology::PerNode => m::ServiceTopology::PerNode,
             },
             node_address_type: match ea.node_address_type {
                 NodeAddressType::InternalIp => m::NodeAddressType::InternalIp,
@@ -244,13 +248,18 @@ impl ServiceView for Service {
 /// no node label (node headless Services carry one). Its ports are matched
 /// by name (`vk-n<i>`); others are ignored.
 pub fn observed_service(cluster: &str, svc: &impl ServiceView) -> Option<m::ObservedService> {
-    if !belongs_to(svc, cluster) || label_index(svc, labels::NODE).is_some() {
+    if !belongs_to(svc, cluster) {
         return None;
     }
     // By name, never by label alone: a relabelled Service must not feed its
-    // NodePorts into another shard's.
-    let shard = names::parse_shard_service(cluster, svc.service_name())?;
-    if label_index(svc, labels::SHARD) != Some(shard) {
+    // NodePorts into another shard's. A node's headless Service has the
+    // node label but neither name.
+    let name = svc.service_name();
+    let (shard, node) = match names::parse_node_service(cluster, name) {
+        Some((shard, node)) => (shard, Some(node)),
+        None => (names::parse_shard_service(cluster, name)?, None),
+    };
+    if label_index(svc, labels::SHARD) != Some(shard) || label_index(svc, labels::NODE) != node {
         return None;
     }
     let ports = svc
@@ -278,6 +287,7 @@ pub fn observed_service(cluster: &str, svc: &impl ServiceView) -> Option<m::Obse
         .collect();
     Some(m::ObservedService {
         shard,
+        node,
         ports,
         ingress,
     })
@@ -484,6 +494,51 @@ mod tests {
                 (o.shard, ports, o.ingress.len())
             });
             assert_eq!(got, want, "{case}");
+            if let Some(o) = observed_service("c", &svc) {
+                assert_eq!(o.node, None, "{case}: a shard's Service");
+            }
+        }
+    }
+
+    #[test]
+    fn a_nodes_own_service_is_read_by_name_and_both_labels() {
+        let named = |name: String, labels: serde_json::Value| -> Service {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"ports": [{"name": "vk-n1", "port": 6379, "nodePort": 31011}]},
+                "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.9"}]}},
+            }))
+            .unwrap()
+        };
+        let labelled =
+            |s: &str, n: &str| json!({labels::CLUSTER: "c", labels::SHARD: s, labels::NODE: n});
+        let ours = named(names::node_service("c", 2, 1), labelled("2", "1"));
+        let o = observed_service("c", &ours).expect("a node's own Service");
+        assert_eq!((o.shard, o.node), (2, Some(1)));
+        assert_eq!((o.ports[0].node, o.ports[0].node_port), (1, 31011));
+        assert_eq!(o.ingress.len(), 1);
+        for (case, svc) in [
+            (
+                "node label names another node",
+                named(names::node_service("c", 2, 1), labelled("2", "0")),
+            ),
+            (
+                "no node label",
+                named(
+                    names::node_service("c", 2, 1),
+                    json!({labels::CLUSTER: "c", labels::SHARD: "2"}),
+                ),
+            ),
+            (
+                "the headless Service's name",
+                named(names::node_object("c", 2, 1), labelled("2", "1")),
+            ),
+            (
+                "another cluster's",
+                named(names::node_service("d", 2, 1), labelled("2", "1")),
+            ),
+        ] {
+            assert!(observed_service("c", &svc).is_none(), "{case}");
         }
     }
 

@@ -173,7 +173,7 @@ impl Owned {
 }
 
 fn shard_service(owned: &Owned, s: &m::ShardService) -> Service {
-    let mut metadata = owned.meta(&s.name, owned.labels(s.shard, None));
+    let mut metadata = owned.meta(&s.name, owned.labels(s.shard, s.node));
     metadata.annotations =
         (!s.annotations.is_empty()).then(|| s.annotations.iter().cloned().collect());
     let ports = s
@@ -205,7 +205,7 @@ fn shard_service(owned: &Owned, s: &m::ShardService) -> Service {
                 }
                 .into(),
             ),
-            selector: Some(owned.selector(s.shard, None)),
+            selector: Some(owned.selector(s.shard, s.node)),
             ports: Some(ports),
             load_balancer_source_ranges: (!s.load_balancer_source_ranges.is_empty())
                 .then(|| s.load_balancer_source_ranges.clone()),
@@ -309,6 +309,7 @@ mod tests {
         Desired {
             labels: vec![(labels::CLUSTER.into(), "c".into())],
             services: vec![m::ShardService {
+                node: None,
                 annotations: annotations
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -380,6 +381,29 @@ mod tests {
                 ])
             );
         }
+    }
+
+    #[test]
+    fn a_nodes_own_service_selects_and_is_labelled_with_its_node() {
+        let mut d = desired(&[], false);
+        let svc = &mut d.services[0];
+        svc.node = Some(1);
+        svc.name = names::node_service("c", 1, 1);
+        svc.ports.remove(0);
+        svc.ports[0].port = 6379;
+        let o = objects(&cluster(Some("u")), &d);
+        let svc = typed_json(&o.shard_services[0]);
+        assert_eq!(svc["metadata"]["name"], "shardgate-c-shard-1-node-1");
+        assert_eq!(svc["metadata"]["labels"][labels::SHARD], "1");
+        assert_eq!(svc["metadata"]["labels"][labels::NODE], "1");
+        assert_eq!(
+            svc["spec"]["selector"],
+            json!({labels::CLUSTER: "c", labels::SHARD: "1", labels::NODE: "1"})
+        );
+        assert_eq!(
+            svc["spec"]["ports"],
+            json!([{"name": "vk-n1", "port": 6379, "targetPort": "vk-n1", "protocol": "TCP", "nodePort": 31001}])
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod guest;
 mod observe;
 mod prune;
 mod reshape;
+pub mod retire;
 mod status;
 
 use std::sync::Arc;
@@ -132,8 +133,8 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
         served,
     )
     .await?;
-    let deleted = prune::run(ctx, vc, &snapshot, &objects, reshaped.announce_spreading).await?;
-    let changed = applied.changed + deleted;
+    let pruned = prune::run(ctx, vc, &snapshot, &objects, reshaped.announce_spreading).await?;
+    let changed = applied.changed + pruned.deleted;
     ctx.said.clear(&ObjectRef::from_obj(vc), "InvalidSpec");
     let progress = Progress {
         changed,
@@ -166,7 +167,8 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
             0
         },
     );
-    Ok(Action::requeue(look.after))
+    let after = pruned.retire_in.map_or(look.after, |d| d.min(look.after));
+    Ok(Action::requeue(after))
 }
 
 /// How soon to look again at a cluster whose Valkey is reshaping.

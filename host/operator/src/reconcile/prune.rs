@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -12,6 +13,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::core::NamespaceResourceScope;
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use serde::de::DeserializeOwned;
 use shardgate_k8s::cache::Entry;
 use shardgate_k8s::convert::Objects;
@@ -19,8 +21,9 @@ use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_k8s::prune;
 use shardgate_k8s::snapshot::Snapshot;
 
-use super::{Error, events};
+use super::{Error, events, retire};
 use crate::context::Context;
+use tracing::info;
 
 /// The names to keep, by what they name.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -54,19 +57,50 @@ fn keep(objects: &Objects) -> Keep {
     }
 }
 
-/// Prunes what `snapshot` holds beyond `objects`, unless `hold`. Returns
-/// how many objects were deleted.
+/// What a prune did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Objects deleted.
+    pub deleted: usize,
+    /// Old Services of a topology change are kept this much longer.
+    pub retire_in: Option<Duration>,
+}
+
+/// Prunes what `snapshot` holds beyond `objects`, unless `hold`; the old
+/// Services of a topology change only after their grace period
+/// ([`retire`](super::retire)).
 pub async fn run(
     ctx: &Context,
     vc: &ValkeyCluster,
     snapshot: &Snapshot,
     objects: &Objects,
     hold: bool,
-) -> Result<usize, Error> {
+) -> Result<Pruned, Error> {
     if hold {
-        return Ok(0);
+        return Ok(Pruned::default());
     }
-    let keep = keep(objects);
+    let mut keep = keep(objects);
+    let unwanted: BTreeSet<String> = snapshot
+        .services
+        .iter()
+        .map(|s| s.name().to_string())
+        .filter(|n| !keep.services.contains(n))
+        .collect();
+    let grace = vc
+        .spec
+        .external_access
+        .as_ref()
+        .map_or(0, |ea| ea.switch_grace_period_seconds);
+    let (held, retire_in) = ctx.retiring.hold(
+        &ObjectRef::from_obj(vc),
+        &retire::retiring(vc, &unwanted),
+        Duration::from_secs(grace.into()),
+        Instant::now(),
+    );
+    if !held.is_empty() {
+        info!(services = ?held, in_seconds = ?retire_in.map(|d| d.as_secs()), "old topology's Services retire after the grace period");
+    }
+    keep.services.extend(held);
     let namespace = vc.namespace().unwrap_or_default();
     let mut deleted = Vec::new();
     let at = Scope {
@@ -100,7 +134,10 @@ pub async fn run(
         let note = events::summary("deleted", &deleted);
         events::publish(ctx, vc, EventType::Normal, "Deleted", "Prune", note).await;
     }
-    Ok(deleted.len())
+    Ok(Pruned {
+        deleted: deleted.len(),
+        retire_in,
+    })
 }
 
 /// The namespace a prune acts in.

@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use shardgate_contract::announce::KEYS as ANNOUNCE_KEYS;
 use shardgate_contract::model::{
     Cluster, Desired, EndpointType, ExternalAccess, Ingress, Input, IpAddress, Observed,
-    ObservedPod, ObservedPort, ObservedService, Scheduling, ServiceType, Severity, SpreadSet,
-    Strength, TrafficPolicy, ValkeyNode,
+    ObservedPod, ObservedPort, ObservedService, Scheduling, ServiceTopology, ServiceType, Severity,
+    SpreadSet, Strength, TrafficPolicy, ValkeyNode,
 };
 use shardgate_contract::names;
 
@@ -68,6 +68,7 @@ fn services(
     (0..shards)
         .map(|shard| ObservedService {
             shard,
+            node: None,
             ports: (0..=replicas)
                 .map(|node| ObservedPort {
                     node,
@@ -75,6 +76,27 @@ fn services(
                 })
                 .collect(),
             ingress: ingress(shard),
+        })
+        .collect()
+}
+
+/// A Service per node as the API server left them: a NodePort each, and
+/// the cloud's ingress.
+fn node_services(
+    shards: u32,
+    replicas: u32,
+    ingress: impl Fn(u32, u32) -> Vec<Ingress>,
+) -> Vec<ObservedService> {
+    (0..shards)
+        .flat_map(|shard| (0..=replicas).map(move |node| (shard, node)))
+        .map(|(shard, node)| ObservedService {
+            shard,
+            node: Some(node),
+            ports: vec![ObservedPort {
+                node,
+                node_port: 31000 + shard * 10 + node,
+            }],
+            ingress: ingress(shard, node),
         })
         .collect()
 }
@@ -111,6 +133,8 @@ impl Golden {
     /// - `golden-lb`: 2 shards x 2 replicas behind load balancers, announcing
     ///   hostnames under a domain; fresh Valkey nodes (no slots, no peers),
     ///   so the module must plan the cluster's formation.
+    /// - `golden-pernode`: 2 shards x 1 replica with a load balancer per
+    ///   node (`topology: PerNode`), announcing each node's ingress IP.
     /// - `golden-internal`: 1 shard, no replicas, no external access, nothing
     ///   observed yet.
     /// - invalid: 0 shards and -1 replicas (`spec.shards`, `spec.replicas`).
@@ -185,6 +209,38 @@ impl Golden {
                 other_clusters: Vec::new(),
             },
         };
+        let per_node = GoldenCase {
+            input: Input {
+                credentials: Default::default(),
+                cluster: cluster(
+                    "golden-pernode",
+                    2,
+                    1,
+                    Some(ExternalAccess {
+                        service_type: ServiceType::LoadBalancer,
+                        topology: ServiceTopology::PerNode,
+                        service_annotations: vec![(
+                            "example.com/node".into(),
+                            "{shard}-{node}".into(),
+                        )],
+                        ..ExternalAccess::default()
+                    }),
+                ),
+                observed: Observed {
+                    services: node_services(2, 1, |shard, node| {
+                        vec![Ingress::Ip(ipv4(
+                            198,
+                            51,
+                            101,
+                            (shard * 8 + node + 1) as u8,
+                        ))]
+                    }),
+                    pods: pods(2, 1),
+                    valkey: None,
+                },
+                other_clusters: Vec::new(),
+            },
+        };
         let internal = GoldenCase {
             input: Input {
                 credentials: Default::default(),
@@ -194,7 +250,7 @@ impl Golden {
             },
         };
         Golden {
-            cases: vec![nodeport, lb, internal],
+            cases: vec![nodeport, lb, per_node, internal],
             invalid: cluster("golden-invalid", 0, -1, None),
         }
     }
@@ -256,8 +312,17 @@ pub fn check_desired(case: &GoldenCase, desired: &Desired) -> Result<(), String>
         ));
     }
 
-    // Every Service port maps to exactly one node of its shard.
+    // Every Service port maps to exactly one node of its shard; a node's
+    // own Service has only that node's.
     for svc in &desired.services {
+        if let Some(node) = svc.node
+            && svc.ports.iter().any(|p| p.node != node)
+        {
+            return Err(format!(
+                "Service {} is node {node}'s but has a port for another node",
+                svc.name
+            ));
+        }
         let mut ports = BTreeSet::new();
         for p in &svc.ports {
             if !ports.insert(p.name.as_str()) {
@@ -283,12 +348,25 @@ pub fn check_desired(case: &GoldenCase, desired: &Desired) -> Result<(), String>
             }
         }
     }
-    let external = cluster.external_access.as_ref().is_some_and(|e| e.enabled);
-    if external && desired.services.len() != shards as usize {
-        return Err(format!(
-            "{} shard Services with external access on and {shards} shards",
-            desired.services.len()
-        ));
+    // Nothing observed comes from the other topology, so no switch is under
+    // way: one Service per shard, or one per node.
+    if let Some(ea) = cluster.external_access.as_ref().filter(|e| e.enabled) {
+        let (want, per) = match ea.topology {
+            ServiceTopology::PerShard => (shards as usize, "shard"),
+            ServiceTopology::PerNode => (want, "node"),
+        };
+        let of_kind = desired
+            .services
+            .iter()
+            .filter(|s| s.node.is_some() == (ea.topology == ServiceTopology::PerNode))
+            .count();
+        if desired.services.len() != want || of_kind != want {
+            return Err(format!(
+                "{} Services ({of_kind} of them one per {per}) with external access on; want \
+                 {want}, one per {per}",
+                desired.services.len()
+            ));
+        }
     }
     Ok(())
 }
