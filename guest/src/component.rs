@@ -37,6 +37,14 @@ impl Guest for Component {
                     .map(|nodes| nodes.into_iter().map(valkey_node).collect()),
             },
             other_clusters: input.other_clusters,
+            pinned_elsewhere: input
+                .pinned_elsewhere
+                .into_iter()
+                .map(|p| m::PinnedPort {
+                    port: p.port,
+                    cluster: p.cluster,
+                })
+                .collect(),
         };
         crate::reconcile(&input).map(desired).map_err(|e| w::Error {
             violations: e.violations.into_iter().map(violation).collect(),

@@ -52,6 +52,12 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
     }
     let shards = cluster.shards as u32;
     let nodes = cluster.replicas as u32 + 1;
+    let clashes = validate::pin_clashes(input);
+    if !clashes.is_empty() {
+        return Err(Error {
+            violations: clashes,
+        });
+    }
     let tls = cluster.tls.is_some();
     let facts = input.observed.valkey.as_deref();
     let shape = topology::Shape {

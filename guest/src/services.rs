@@ -5,10 +5,10 @@
 use crate::endpoints::{self, Index};
 use crate::layout::Layout;
 use shardgate_contract::model::{
-    ExternalAccess, HostnameScope, NodePorts, Pair, ServicePort, ServiceTopology, ServiceType,
-    ShardService,
+    ExternalAccess, HostnameScope, Pair, ServicePort, ServiceTopology, ServiceType, ShardService,
 };
 use shardgate_contract::names;
+pub use shardgate_contract::ports::pinned;
 
 /// What a Service's annotation templates may name.
 pub const TEMPLATE_SHARD: &str = "{shard}";
@@ -189,24 +189,6 @@ pub fn shard_services(
         .collect()
 }
 
-/// The NodePort pinned for node `node` of shard `shard`, when the spec
-/// pins one: `base + shard * spec_nodes + node`, or the explicit entry.
-/// A node past the spec (departing) keeps what it was allocated, so it
-/// never asks for the port of another shard's node.
-pub fn pinned(pins: &NodePorts, spec_nodes: u32, shard: u32, node: u32) -> Option<u32> {
-    if node >= spec_nodes {
-        return None;
-    }
-    match pins.base {
-        Some(base) => base.checked_add(shard.checked_mul(spec_nodes)?.checked_add(node)?),
-        None => pins
-            .ports
-            .get(shard as usize)
-            .and_then(|s| s.get(node as usize))
-            .copied(),
-    }
-}
-
 /// The hostnames shard `shard`'s Service serves: the shard's, or each
 /// node's with `hostnameScope: Node`; none without a domain.
 pub fn hostnames(ea: &ExternalAccess, shard: u32, nodes: &[u32]) -> Vec<String> {
@@ -255,6 +237,7 @@ fn annotations(ea: &ExternalAccess, shard: u32, node: Option<u32>, nodes: &[u32]
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shardgate_contract::model::NodePorts;
 
     #[test]
     fn pins_follow_the_base_formula_or_the_list_and_spare_departing_nodes() {

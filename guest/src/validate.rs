@@ -2,7 +2,7 @@
 
 use crate::syntax;
 use shardgate_contract::model::{
-    Cluster, EndpointType, ExternalAccess, HostnameScope, NodeAddressType, NodePorts,
+    Cluster, EndpointType, ExternalAccess, HostnameScope, Input, NodeAddressType, NodePorts,
     ServiceTopology, ServiceType, Severity, TrafficPolicy, Violation,
 };
 use shardgate_contract::{auth, names};
@@ -421,6 +421,51 @@ fn check_exposure_options(cluster: &Cluster, ea: &ExternalAccess, out: &mut Find
             }
         }
     }
+}
+
+/// Pins of this cluster that another cluster pins too (NodePorts are shared
+/// by the whole Kubernetes cluster), unless this cluster's own Service
+/// already holds the port: the cluster that has a port keeps it, and only
+/// the newcomer is refused.
+pub fn pin_clashes(input: &Input) -> Vec<Violation> {
+    let cluster = &input.cluster;
+    let Some(ea) = cluster.external_access.as_ref().filter(|ea| ea.enabled) else {
+        return Vec::new();
+    };
+    let Some(pins) = &ea.node_ports else {
+        return Vec::new();
+    };
+    if input.pinned_elsewhere.is_empty() {
+        return Vec::new();
+    }
+    let held: std::collections::BTreeSet<u32> = input
+        .observed
+        .services
+        .iter()
+        .flat_map(|s| s.ports.iter().map(|p| p.node_port))
+        .collect();
+    let mut out = Findings::default();
+    let (shards, nodes) = (cluster.shards.max(0) as u32, nodes_per_shard(cluster));
+    for (shard, node, port) in shardgate_contract::ports::every_pin(pins, shards, nodes) {
+        if held.contains(&port) {
+            continue;
+        }
+        if let Some(other) = input.pinned_elsewhere.iter().find(|p| p.port == port) {
+            let field = match pins.base {
+                Some(_) => "spec.externalAccess.nodePorts.base".to_string(),
+                None => format!("spec.externalAccess.nodePorts.ports[{shard}][{node}]"),
+            };
+            out.error(
+                field,
+                format!(
+                    "NodePort {port} (shard {shard}, node {node}) is pinned by ValkeyCluster {} \
+                     too; NodePorts are shared by the whole Kubernetes cluster",
+                    other.cluster
+                ),
+            );
+        }
+    }
+    out.list
 }
 
 /// Pinned NodePorts: one way of pinning, every port in 30000-32767, none

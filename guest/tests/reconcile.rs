@@ -34,6 +34,7 @@ fn input(c: Cluster, observed: Observed) -> Input {
         cluster: c,
         observed,
         other_clusters: vec![],
+        pinned_elsewhere: Vec::new(),
         credentials: Default::default(),
     }
 }
@@ -629,6 +630,7 @@ fn name_collisions_with_other_clusters_are_errors() {
         cluster: c,
         observed: Observed::default(),
         other_clusters: vec!["demo-shard".into(), "demo-0".into(), "demo".into()],
+        pinned_elsewhere: Vec::new(),
         credentials: Default::default(),
     };
     assert!(reconcile(&i).is_ok());
@@ -1355,4 +1357,75 @@ fn status_gives_each_node_an_in_cluster_address_on_its_announced_port() {
     );
     assert_eq!(in_cluster(&d, 1, 1), "10.0.0.14:31011");
     assert_eq!(in_cluster(&d, 0, 1), "", "no NodePort yet");
+}
+
+/// A pin another cluster holds refuses the spec, naming the field and the
+/// other cluster, unless this cluster's own Service already has the port
+/// (the cluster that has a port keeps it; only the newcomer is refused).
+#[test]
+fn a_node_port_pinned_elsewhere_is_refused_unless_already_held() {
+    let pinned = |pins: NodePorts| ExternalAccess {
+        node_ports: Some(pins),
+        ..ExternalAccess::default()
+    };
+    let base = NodePorts {
+        base: Some(30100),
+        ports: vec![],
+    };
+    let list = NodePorts {
+        base: None,
+        ports: vec![vec![30100], vec![30200, 30101]],
+    };
+    let elsewhere = vec![PinnedPort {
+        port: 30101,
+        cluster: "shop/orders".into(),
+    }];
+    let attempt = |ea: ExternalAccess, services: Vec<ObservedService>| {
+        let input = Input {
+            cluster: cluster(2, 1, Some(ea)),
+            observed: Observed {
+                services,
+                ..Observed::default()
+            },
+            other_clusters: vec![],
+            pinned_elsewhere: elsewhere.clone(),
+            credentials: Default::default(),
+        };
+        match reconcile(&input) {
+            Ok(_) => vec![],
+            Err(e) => e
+                .violations
+                .into_iter()
+                .map(|v| {
+                    assert!(v.message.contains("shop/orders"), "{v:?}");
+                    v.field
+                })
+                .collect(),
+        }
+    };
+    let held = vec![ports(0, &[(0, 30100), (1, 30101)])];
+    for (ea, services, want) in [
+        (
+            pinned(base.clone()),
+            vec![],
+            vec!["spec.externalAccess.nodePorts.base"],
+        ),
+        (
+            pinned(list.clone()),
+            vec![],
+            vec!["spec.externalAccess.nodePorts.ports[1][1]"],
+        ),
+        (pinned(base.clone()), held.clone(), vec![]),
+        (
+            ExternalAccess {
+                enabled: false,
+                ..pinned(base.clone())
+            },
+            vec![],
+            vec![],
+        ),
+        (ExternalAccess::default(), vec![], vec![]),
+    ] {
+        assert_eq!(attempt(ea.clone(), services), want, "{ea:?}");
+    }
 }

@@ -319,6 +319,7 @@ pub fn input() -> impl Strategy<Value = Input> {
                 cluster,
                 observed,
                 other_clusters,
+                pinned_elsewhere: Vec::new(),
                 credentials,
             })
     })

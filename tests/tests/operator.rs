@@ -660,3 +660,66 @@ fn base64_encode(text: &str) -> String {
         .unwrap()
         .to_string()
 }
+
+/// NodePorts are shared by the whole Kubernetes cluster: a cluster that
+/// pins a port another cluster pins is refused by field, with nothing
+/// applied, while the cluster that holds the port goes on; moving the pins
+/// clear of it is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_port_another_cluster_pins_is_refused_by_field() {
+    let emu = emulator().await;
+    let op = Operator::start(&emu, "solo").await;
+    let pinned = |base: u32| {
+        let mut ea = nodeport();
+        ea["nodePorts"] = json!({"base": base});
+        ea
+    };
+    create(&emu, cluster("holder", 2, 0, pinned(30100))).await;
+    eventually(&emu, "holder converged", |e| converged(e, "holder")).await;
+    create(&emu, cluster("newcomer", 2, 0, pinned(30101))).await;
+    eventually(&emu, "newcomer refused", |e| {
+        condition(e, "newcomer", "Degraded") == Some(("True".into(), "InvalidSpec".into()))
+    })
+    .await;
+    let message = status(&emu, "newcomer")["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("spec.externalAccess.nodePorts.base")
+            && message.contains("30101")
+            && message.contains(&format!("{NS}/holder")),
+        "{message}"
+    );
+    let newcomer_services = |e: &Emulator| {
+        e.list("services", Some(NS))
+            .into_iter()
+            .filter(|s| s["metadata"]["labels"]["shardgate.io/cluster"] == "newcomer")
+            .count()
+    };
+    assert_eq!(newcomer_services(&emu), 0, "nothing applied");
+    assert!(converged(&emu, "holder"), "the holder goes on");
+    patch_spec(
+        &emu,
+        "newcomer",
+        json!({"externalAccess": {"nodePorts": {"base": 30200}}}),
+    )
+    .await;
+    eventually(&emu, "newcomer converged", |e| converged(e, "newcomer")).await;
+    let ports: Vec<i64> = shard_services(&emu)
+        .iter()
+        .filter(|s| s["metadata"]["labels"]["shardgate.io/cluster"] == "newcomer")
+        .flat_map(node_ports)
+        .collect();
+    assert_eq!(ports.len(), 2);
+    assert!(
+        ports.iter().all(|p| (30200..30202).contains(p)),
+        "{ports:?}"
+    );
+    op.stop().await;
+}

@@ -180,6 +180,7 @@ fn prefix_related_cluster_names_do_not_collide() {
             cluster: base.clone(),
             observed: Observed::default(),
             other_clusters: vec![other.into()],
+            pinned_elsewhere: Vec::new(),
             credentials: Default::default(),
         };
         assert!(reconcile(&input).is_ok());

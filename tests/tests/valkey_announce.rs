@@ -285,6 +285,7 @@ fn announce_settings(node_ports: Option<&[u16]>) -> Vec<Vec<(String, String)>> {
         },
         observed,
         other_clusters: Vec::new(),
+        pinned_elsewhere: Vec::new(),
         credentials: Default::default(),
     };
     let desired = shardgate_guest::reconcile(&input).expect("the guest accepts the input");

@@ -20,3 +20,4 @@ pub mod labels;
 pub mod model;
 pub mod names;
 pub mod paths;
+pub mod ports;

@@ -624,6 +624,24 @@ pub struct Input {
     pub observed: Observed,
     #[cfg_attr(feature = "wasmtime", component(name = "other-clusters"))]
     pub other_clusters: Vec<String>,
+    /// NodePorts other clusters pin.
+    #[cfg_attr(feature = "wasmtime", component(name = "pinned-elsewhere"))]
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub pinned_elsewhere: Vec<PinnedPort>,
+}
+
+/// A NodePort another cluster pins.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct PinnedPort {
+    pub port: u32,
+    /// `namespace/name` of the cluster that pins it.
+    pub cluster: String,
 }
 
 /// The digests of the passwords the host generated and keeps in Secrets of

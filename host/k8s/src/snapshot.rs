@@ -137,6 +137,8 @@ impl Snapshot {
             // Filled by the operator's credentials stage.
             credentials: m::Credentials::default(),
             other_clusters,
+            // Filled by the operator, which sees every cluster.
+            pinned_elsewhere: Vec::new(),
         }
     }
 

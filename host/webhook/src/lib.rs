@@ -4,7 +4,9 @@
 //! A create or update is admitted only if the module accepts the cluster:
 //! every error the guest's validation finds (each naming its field), plus
 //! what the CRD's CEL rules cannot express — generated object names that
-//! collide with another cluster's in the namespace. Warnings are returned as
+//! collide with another cluster's in the namespace, and NodePorts another
+//! cluster already pins (a port the object pinned before is not checked
+//! again, so an update never fails for a clash it did not make). Warnings are returned as
 //! admission warnings (`kubectl` prints them). Deletes are always admitted. A
 //! module failure (trap, exit, deadline, memory cap, a call abandoned by the
 //! wall-clock guard) denies with that reason: the webhook fails closed, and
@@ -29,7 +31,7 @@ use axum::{Json, Router};
 use kube::ResourceExt;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use shardgate_contract::model::{Input, Observed, Severity, Violation};
+use shardgate_contract::model::{Input, Observed, PinnedPort, Severity, Violation};
 use tracing::{info, warn};
 
 use shardgate_k8s::{convert, manifest};
@@ -38,10 +40,15 @@ use shardgate_wasm::{CallBudget, CallError, Reconciler, guard};
 pub use tls::{Limits, TlsConnection, TlsFiles, TlsListener};
 
 /// The names of the other ValkeyClusters in a namespace, for the collision
-/// check.
+/// check, and the NodePorts the clusters pin.
 pub trait ClusterNames: Send + Sync {
     /// The names of the ValkeyClusters in `namespace`.
     fn names(&self, namespace: &str) -> Vec<String>;
+
+    /// The NodePorts pinned by every cluster but `namespace/name`.
+    fn pins(&self, _namespace: &str, _name: &str) -> Vec<PinnedPort> {
+        Vec::new()
+    }
 }
 
 /// No lookups: only the cluster itself is checked.
@@ -68,6 +75,37 @@ impl ClusterNames for kube::runtime::reflector::Store<shardgate_k8s::crd::Valkey
             .map(|c| c.name_any())
             .collect()
     }
+
+    fn pins(&self, namespace: &str, name: &str) -> Vec<PinnedPort> {
+        let state = self.state();
+        convert::pinned_elsewhere(state.iter().map(|c| c.as_ref()), namespace, name)
+    }
+}
+
+/// The NodePorts the object before this update pinned.
+fn pinned_before(request: &AdmissionRequest<DynamicObject>) -> Vec<u32> {
+    let Some(old) = request
+        .old_object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok())
+        .and_then(|v| manifest::cluster_from_value(v).ok())
+    else {
+        return Vec::new();
+    };
+    let c = convert::cluster(&old);
+    let Some(pins) = c
+        .external_access
+        .as_ref()
+        .and_then(|ea| ea.node_ports.as_ref())
+    else {
+        return Vec::new();
+    };
+    let shards = c.shards.max(0) as u32;
+    let nodes = c.replicas.max(0) as u32 + 1;
+    shardgate_contract::ports::every_pin(pins, shards, nodes)
+        .into_iter()
+        .map(|(_, _, port)| port)
+        .collect()
 }
 
 /// Decides one AdmissionReview.
@@ -115,10 +153,17 @@ fn decide(
         .into_iter()
         .filter(|n| *n != name)
         .collect();
+    let before = pinned_before(request);
+    let pinned_elsewhere = clusters
+        .pins(&namespace, &name)
+        .into_iter()
+        .filter(|p| !before.contains(&p.port))
+        .collect();
     let input = Input {
         cluster: convert::cluster(&cluster),
         observed: Observed::default(),
         other_clusters: others,
+        pinned_elsewhere,
         // Admission checks the spec; passwords are the operator's to read.
         credentials: Default::default(),
     };

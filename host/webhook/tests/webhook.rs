@@ -213,3 +213,65 @@ async fn prefix_related_neighbours_are_admitted_by_the_collision_guard() {
     .await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
 }
+
+/// The clusters the webhook sees, as the operator's store would hold them.
+struct Existing(Vec<shardgate_k8s::crd::ValkeyCluster>);
+
+impl webhook::ClusterNames for Existing {
+    fn names(&self, namespace: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|c| c.metadata.namespace.as_deref() == Some(namespace))
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    fn pins(&self, namespace: &str, name: &str) -> Vec<shardgate_contract::model::PinnedPort> {
+        shardgate_k8s::convert::pinned_elsewhere(self.0.iter(), namespace, name)
+    }
+}
+
+/// NodePorts are shared by the whole Kubernetes cluster: a cluster that pins
+/// a port another cluster (in any namespace) pins is denied, naming the
+/// field and the other cluster; an update keeps what the object pinned
+/// before.
+#[test]
+fn a_node_port_pinned_by_another_cluster_is_denied_naming_both() {
+    let engine = Engine::new(Limits::default()).unwrap();
+    let module = engine.load_embedded().unwrap();
+    let pinned = |name: &str, namespace: &str, base: u32| {
+        let mut c = cluster(
+            name,
+            json!({"shards": 2, "replicas": 1,
+                   "externalAccess": {"enabled": true, "nodePorts": {"base": base}}}),
+        );
+        c["metadata"]["namespace"] = json!(namespace);
+        c
+    };
+    let holder: shardgate_k8s::crd::ValkeyCluster =
+        serde_json::from_value(pinned("holder", "other", 30100)).unwrap();
+    let existing = Existing(vec![holder]);
+    let decide = |body: Value| -> Value {
+        let review = serde_json::from_value(body).unwrap();
+        serde_json::to_value(webhook::review(&module, &existing, review)).unwrap()
+    };
+    // 30103..30106 overlaps the holder's 30100..30103 at 30103.
+    let out = decide(review("CREATE", pinned("newcomer", "default", 30103)));
+    assert_eq!(out["response"]["allowed"], false, "{out:#}");
+    let message = out["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.externalAccess.nodePorts.base")
+            && message.contains("30103")
+            && message.contains("other/holder"),
+        "{message}"
+    );
+    // Clear of the holder's ports: admitted.
+    let out = decide(review("CREATE", pinned("newcomer", "default", 30200)));
+    assert_eq!(out["response"]["allowed"], true, "{out:#}");
+    // An update of an object that pinned the port before (the clash is not
+    // of its making) is admitted.
+    let mut update = review("UPDATE", pinned("newcomer", "default", 30103));
+    update["request"]["oldObject"] = pinned("newcomer", "default", 30103);
+    let out = decide(update);
+    assert_eq!(out["response"]["allowed"], true, "{out:#}");
+}

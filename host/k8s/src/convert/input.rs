@@ -15,8 +15,9 @@ use shardgate_contract::model::{self as m, Input, Pair};
 use shardgate_contract::{labels, names};
 
 use crate::crd::{
-    DisruptionBudgetMode, EndpointType, HostnameScope, NodeAddressType, ReclaimPolicy,
-    ServiceTopology, ServiceType, SpreadSpec, Strength, TrafficPolicy, ValkeyCluster,
+    DisruptionBudgetMode, EndpointType, HostnameScope, NodeAddressType, NodePortsSpec,
+    ReclaimPolicy, ServiceTopology, ServiceType, SpreadSpec, Strength, TrafficPolicy,
+    ValkeyCluster,
 };
 
 /// The guest's view of a cluster's spec.
@@ -66,15 +67,7 @@ pub fn cluster(vc: &ValkeyCluster) -> m::Cluster {
                 NodeAddressType::InternalIp => m::NodeAddressType::InternalIp,
                 NodeAddressType::ExternalIp => m::NodeAddressType::ExternalIp,
             },
-            // A negative port becomes 0, which validation refuses by field.
-            node_ports: ea.node_ports.as_ref().map(|p| m::NodePorts {
-                base: p.base.map(|b| u32::try_from(b).unwrap_or(0)),
-                ports: p
-                    .ports
-                    .iter()
-                    .map(|row| row.iter().map(|&n| u32::try_from(n).unwrap_or(0)).collect())
-                    .collect(),
-            }),
+            node_ports: ea.node_ports.as_ref().map(node_ports),
             load_balancer_source_ranges: ea.load_balancer_source_ranges.clone(),
             load_balancer_class: ea.load_balancer_class.clone(),
             allocate_load_balancer_node_ports: ea.allocate_load_balancer_node_ports,
@@ -159,6 +152,58 @@ fn quantities(q: Option<&BTreeMap<String, Quantity>>) -> Vec<Pair> {
         .collect()
 }
 
+/// `spec.externalAccess.nodePorts` as the guest reads it. A negative port
+/// becomes 0, which validation refuses by field.
+fn node_ports(p: &NodePortsSpec) -> m::NodePorts {
+    m::NodePorts {
+        base: p.base.map(|b| u32::try_from(b).unwrap_or(0)),
+        ports: p
+            .ports
+            .iter()
+            .map(|row| row.iter().map(|&n| u32::try_from(n).unwrap_or(0)).collect())
+            .collect(),
+    }
+}
+
+/// The NodePorts the clusters other than `namespace/name` pin (in every
+/// namespace: NodePorts are shared by the whole Kubernetes cluster). Only
+/// clusters with external access on and pins are looked at closely.
+pub fn pinned_elsewhere<'a>(
+    clusters: impl Iterator<Item = &'a ValkeyCluster>,
+    namespace: &str,
+    name: &str,
+) -> Vec<m::PinnedPort> {
+    let mut out = Vec::new();
+    for c in clusters {
+        let Some(pins) = c
+            .spec
+            .external_access
+            .as_ref()
+            .filter(|ea| ea.enabled)
+            .and_then(|ea| ea.node_ports.as_ref())
+        else {
+            continue;
+        };
+        let (ns, n) = (
+            c.metadata.namespace.as_deref().unwrap_or_default(),
+            c.name_any(),
+        );
+        if ns == namespace && n == name {
+            continue;
+        }
+        let shards = c.spec.shards.clamp(0, 1 << 16) as u32;
+        let nodes = c.spec.replicas.clamp(0, 1 << 16) as u32 + 1;
+        let cluster = format!("{ns}/{n}");
+        for (_, _, port) in shardgate_contract::ports::every_pin(&node_ports(pins), shards, nodes) {
+            out.push(m::PinnedPort {
+                port,
+                cluster: cluster.clone(),
+            });
+        }
+    }
+    out
+}
+
 /// The guest's input: the cluster, the objects it owns, and the names of the
 /// other clusters in its namespace.
 pub fn input<'a, S: ServiceView + 'a, P: PodView + 'a>(
@@ -183,6 +228,7 @@ pub fn input<'a, S: ServiceView + 'a, P: PodView + 'a>(
             valkey: None,
         },
         other_clusters,
+        pinned_elsewhere: Vec::new(),
     }
 }
 
@@ -498,6 +544,53 @@ mod tests {
                 assert_eq!(o.node, None, "{case}: a shard's Service");
             }
         }
+    }
+
+    #[test]
+    fn pins_elsewhere_are_every_other_clusters_in_any_namespace() {
+        let vc = |ns: &str, name: &str, ea: serde_json::Value| -> ValkeyCluster {
+            serde_json::from_value(json!({
+                "apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"shards": 1, "replicas": 1, "externalAccess": ea},
+            }))
+            .unwrap()
+        };
+        let all = [
+            vc(
+                "a",
+                "me",
+                json!({"enabled": true, "nodePorts": {"base": 30000}}),
+            ),
+            vc(
+                "b",
+                "me",
+                json!({"enabled": true, "nodePorts": {"base": 30010}}),
+            ),
+            vc(
+                "a",
+                "list",
+                json!({"enabled": true, "nodePorts": {"ports": [[30020]]}}),
+            ),
+            vc(
+                "a",
+                "off",
+                json!({"enabled": false, "nodePorts": {"base": 30030}}),
+            ),
+            vc("a", "unpinned", json!({"enabled": true})),
+        ];
+        let got: Vec<(u32, String)> = pinned_elsewhere(all.iter(), "a", "me")
+            .into_iter()
+            .map(|p| (p.port, p.cluster))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (30010, "b/me".to_string()),
+                (30011, "b/me".to_string()),
+                (30020, "a/list".to_string()),
+            ]
+        );
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub fn objects(vc: &ValkeyCluster, ctx: &Context) -> Result<(Snapshot, Input), E
     let snapshot = Snapshot::of(&ctx.caches, &namespace, &name, &uid);
     let state = ctx.clusters.state();
     let others = others(state.iter().map(|c| c.as_ref()), &namespace, &name);
-    let input = snapshot.input(convert::cluster(vc), others);
+    let mut input = snapshot.input(convert::cluster(vc), others);
+    input.pinned_elsewhere =
+        convert::pinned_elsewhere(state.iter().map(|c| c.as_ref()), &namespace, &name);
     Ok((snapshot, input))
 }
 

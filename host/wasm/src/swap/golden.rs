@@ -163,6 +163,7 @@ impl Golden {
                     valkey: None,
                 },
                 other_clusters: vec!["golden-lb".into()],
+                pinned_elsewhere: Vec::new(),
             },
         };
         let lb_nodes = (0..2u32)
@@ -207,6 +208,7 @@ impl Golden {
                     valkey: Some(lb_nodes),
                 },
                 other_clusters: Vec::new(),
+                pinned_elsewhere: Vec::new(),
             },
         };
         let per_node = GoldenCase {
@@ -239,6 +241,7 @@ impl Golden {
                     valkey: None,
                 },
                 other_clusters: Vec::new(),
+                pinned_elsewhere: Vec::new(),
             },
         };
         let internal = GoldenCase {
@@ -247,6 +250,7 @@ impl Golden {
                 cluster: cluster("golden-internal", 1, 0, None),
                 observed: Observed::default(),
                 other_clusters: Vec::new(),
+                pinned_elsewhere: Vec::new(),
             },
         };
         Golden {
