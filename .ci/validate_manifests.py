@@ -152,6 +152,8 @@ Operator manifests, Helm chart, kustomize
         "" pods: get list watch delete
         "" nodes: list watch (read-only, for nodeAddressType: ExternalIP)
         events.k8s.io events: create patch
+        gateway.networking.k8s.io gateways: list watch
+        gateway.networking.k8s.io tcproutes, tlsroutes: get list watch create patch delete
         "" secrets: get create patch (by name; never list or watch)
       where the nodes grant (cluster-scoped) is always in a ClusterRole bound by
       a ClusterRoleBinding: the operator ClusterRole, or with watchNamespace a
@@ -259,6 +261,12 @@ EXPECTED_OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     # password Secrets, each read by name: never listed or watched.
     ("", "secrets"): {"get", "create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
+    # spec.externalAccess.gateway: the Gateways clusters name are watched
+    # (listeners, addresses), never written; one TCPRoute or TLSRoute per
+    # node is applied and pruned.
+    ("gateway.networking.k8s.io", "gateways"): {"list", "watch"},
+    ("gateway.networking.k8s.io", "tcproutes"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("gateway.networking.k8s.io", "tlsroutes"): {"get", "list", "watch", "create", "patch", "delete"},
 }
 EXPECTED_LEASE_RULES: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update", "patch"},
@@ -1429,7 +1437,7 @@ def main() -> int:
                 s, *spec_props, "externalAccess", "x-kubernetes-validations")[0].update(
                 fieldPath=".nosuch")),
             "a default outside its enum": mutate(lambda s: get(
-                s, *spec_props, "externalAccess", "properties", "serviceType").update(default="ClusterIP")),
+                s, *spec_props, "externalAccess", "properties", "serviceType").update(default="Headless")),
             "metadata with labels restricted": mutate(lambda s: s["properties"].update(
                 metadata={"type": "object", "properties": {"labels": {"type": "object"}}})),
             "a type inside anyOf": mutate(lambda s: get(s, *spec_props, "shards").update(
@@ -1476,7 +1484,7 @@ def main() -> int:
             "shards: 1001": mutate(lambda o: o["spec"].update(shards=1001)),
             "replicas: 16": mutate(lambda o: o["spec"].update(replicas=16)),
             "replicas: '1' (a string)": mutate(lambda o: o["spec"].update(replicas="1")),
-            "serviceType: ClusterIP": mutate(lambda o: ea(o).update(serviceType="ClusterIP")),
+            "serviceType: Headless": mutate(lambda o: ea(o).update(serviceType="Headless")),
             "externalTrafficPolicy: local": mutate(lambda o: ea(o).update(externalTrafficPolicy="local")),
             "preferredEndpointType: dns": mutate(lambda o: ea(o).update(preferredEndpointType="dns")),
             "an unknown field": mutate(lambda o: ea(o).update(annotations={"a": "b"})),

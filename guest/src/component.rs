@@ -31,6 +31,7 @@ impl Guest for Component {
                     .map(observed_service)
                     .collect(),
                 pods: input.observed.pods.into_iter().map(observed_pod).collect(),
+                gateway: input.observed.gateway.map(gateway_found),
                 valkey: input
                     .observed
                     .valkey
@@ -104,6 +105,11 @@ fn cluster(c: w::Cluster) -> m::Cluster {
             load_balancer_class: ea.load_balancer_class,
             allocate_load_balancer_node_ports: ea.allocate_load_balancer_node_ports,
             external_dns: ea.external_dns,
+            gateway: ea.gateway.map(|g| m::Gateway {
+                name: g.name,
+                section_name: g.section_name,
+                base_port: g.base_port,
+            }),
         }),
         users: c.users.into_iter().map(user_in).collect(),
         config: c.config,
@@ -200,6 +206,37 @@ fn service_type_in(t: w::ServiceType) -> m::ServiceType {
     match t {
         w::ServiceType::NodePort => m::ServiceType::NodePort,
         w::ServiceType::LoadBalancer => m::ServiceType::LoadBalancer,
+        w::ServiceType::ClusterIp => m::ServiceType::ClusterIp,
+    }
+}
+
+fn ingress_in(i: w::Ingress) -> m::Ingress {
+    match i {
+        w::Ingress::Ip(ip) => m::Ingress::Ip(ip_in(ip)),
+        w::Ingress::Hostname(h) => m::Ingress::Hostname(h),
+    }
+}
+
+fn gateway_found(g: w::GatewayFound) -> m::GatewayFound {
+    match g {
+        w::GatewayFound::NotServed => m::GatewayFound::NotServed,
+        w::GatewayFound::Missing => m::GatewayFound::Missing,
+        w::GatewayFound::Found(g) => m::GatewayFound::Found(m::ObservedGateway {
+            listeners: g
+                .listeners
+                .into_iter()
+                .map(|l| m::Listener {
+                    name: l.name,
+                    port: l.port,
+                    protocol: match l.protocol {
+                        w::ListenerProtocol::Tcp => m::ListenerProtocol::Tcp,
+                        w::ListenerProtocol::Tls => m::ListenerProtocol::Tls,
+                        w::ListenerProtocol::Other => m::ListenerProtocol::Other,
+                    },
+                })
+                .collect(),
+            addresses: g.addresses.into_iter().map(ingress_in).collect(),
+        }),
     }
 }
 
@@ -222,14 +259,7 @@ fn observed_service(s: w::ObservedService) -> m::ObservedService {
                 node_port: p.node_port,
             })
             .collect(),
-        ingress: s
-            .ingress
-            .into_iter()
-            .map(|i| match i {
-                w::Ingress::Ip(ip) => m::Ingress::Ip(ip_in(ip)),
-                w::Ingress::Hostname(h) => m::Ingress::Hostname(h),
-            })
-            .collect(),
+        ingress: s.ingress.into_iter().map(ingress_in).collect(),
     }
 }
 
@@ -342,6 +372,7 @@ fn service_type_out(t: m::ServiceType) -> w::ServiceType {
     match t {
         m::ServiceType::NodePort => w::ServiceType::NodePort,
         m::ServiceType::LoadBalancer => w::ServiceType::LoadBalancer,
+        m::ServiceType::ClusterIp => w::ServiceType::ClusterIp,
     }
 }
 
@@ -374,6 +405,25 @@ fn desired(d: m::Desired) -> w::Desired {
                 load_balancer_source_ranges: s.load_balancer_source_ranges,
                 load_balancer_class: s.load_balancer_class,
                 allocate_load_balancer_node_ports: s.allocate_load_balancer_node_ports,
+            })
+            .collect(),
+        routes: d
+            .routes
+            .into_iter()
+            .map(|r| w::Route {
+                shard: r.shard,
+                node: r.node,
+                name: r.name,
+                kind: match r.kind {
+                    m::RouteKind::Tcp => w::RouteKind::Tcp,
+                    m::RouteKind::Tls => w::RouteKind::Tls,
+                },
+                gateway: r.gateway,
+                section_name: r.section_name,
+                port: r.port,
+                hostnames: r.hostnames,
+                service: r.service,
+                service_port: r.service_port,
             })
             .collect(),
         acl: d.acl,
@@ -437,6 +487,10 @@ fn desired(d: m::Desired) -> w::Desired {
                     message: c.message,
                 })
                 .collect(),
+            gateway: d.status.gateway.map(|g| w::GatewayStatus {
+                name: g.name,
+                missing_listeners: g.missing_listeners,
+            }),
         },
         warnings: d.warnings.into_iter().map(violation).collect(),
         topology: topology_out(d.topology),

@@ -8,6 +8,7 @@ use shardgate_contract::model::{
 };
 use shardgate_contract::names;
 
+use crate::gateway::{Through, Unreachable};
 use crate::server::Server;
 
 /// Why a node has no usable external endpoint yet.
@@ -25,6 +26,14 @@ pub enum Pending {
     /// `nodeAddressType: ExternalIP`, and the pod's Kubernetes node has no
     /// ExternalIP.
     NodeExternalIp,
+    /// The API server does not serve the Gateway API route kind needed.
+    GatewayApi,
+    /// The Gateway the spec names does not exist.
+    GatewayNotFound,
+    /// The Gateway has no listener for the node's route.
+    GatewayListener,
+    /// The Gateway has no address yet.
+    GatewayAddress,
 }
 
 /// One node's external endpoint.
@@ -52,6 +61,8 @@ pub struct External {
     pub via: ServiceTopology,
     /// The pod's `status.hostIP` (its Kubernetes node's InternalIP).
     pub pod_host_ip: Option<IpAddress>,
+    /// Through a Gateway: its address, as in-cluster clients reach it.
+    pub gateway_address: Option<String>,
 }
 
 impl External {
@@ -174,19 +185,24 @@ impl<'a> Index<'a> {
 }
 
 /// The external endpoint of node `node` of shard `shard`, whose server is
-/// `server`: through the topology the spec asks for, or, while that one is
-/// not usable yet and the other's Service still exists and is, through the
-/// other (a switch: clients keep the old endpoint until the new one works).
+/// `server`: through the Gateway if the spec names one, else through the
+/// topology the spec asks for, or, while that one is not usable yet and
+/// the other's Service still exists and is, through the other (a switch:
+/// clients keep the old endpoint until the new one works).
 pub fn external(
     ea: &ExternalAccess,
+    through: Option<&Through<'_>>,
     index: &Index<'_>,
     server: &Server,
     shard: u32,
     node: u32,
 ) -> External {
-    let mut ext = reachable(ea, ea.topology, index, shard, node);
+    let mut ext = match through {
+        Some(t) => via_gateway(ea, t, index, shard, node),
+        None => reachable(ea, ea.topology, index, shard, node),
+    };
     let old = ea.topology.other();
-    if !ext.usable() && index.service_of(old, shard, node).is_some() {
+    if through.is_none() && !ext.usable() && index.service_of(old, shard, node).is_some() {
         let before = reachable(ea, old, index, shard, node);
         if before.usable() {
             ext = before;
@@ -210,10 +226,7 @@ fn reachable(
 ) -> External {
     let pod = index.pod(shard, node);
     let pod_ready = pod.is_some_and(|p| p.ready);
-    let domain_host = ea.domain.as_deref().map(|d| match ea.hostname_scope {
-        HostnameScope::Shard => names::announce_hostname(&ea.hostname_prefix, shard, d),
-        HostnameScope::Node => names::node_hostname(&ea.hostname_prefix, shard, node, d),
-    });
+    let domain_host = domain_hostname(ea, shard, node);
     let wants_hostname = ea.preferred_endpoint_type == EndpointType::Hostname;
 
     match ea.service_type {
@@ -245,20 +258,16 @@ fn reachable(
                 old_server: None,
                 via: topology,
                 pod_host_ip: pod.and_then(|p| p.host_ip),
+                gateway_address: None,
             }
         }
-        ServiceType::LoadBalancer => {
+        // A ClusterIP Service has no ingress: without a gateway (which
+        // validation refuses) nothing is reachable.
+        ServiceType::LoadBalancer | ServiceType::ClusterIp => {
             let ingress = index
                 .service_of(topology, shard, node)
                 .map_or(&[][..], |s| &s.ingress[..]);
-            let ingress_ip = ingress.iter().find_map(|i| match i {
-                Ingress::Ip(ip) => Some(*ip),
-                Ingress::Hostname(_) => None,
-            });
-            let ingress_host = ingress.iter().find_map(|i| match i {
-                Ingress::Hostname(h) => Some(h.clone()),
-                Ingress::Ip(_) => None,
-            });
+            let (ingress_ip, ingress_host) = first_ip_and_hostname(ingress);
             // An ingress with a hostname but no IP (AWS) cannot serve `ip` mode:
             // announce a hostname instead (the domain's, else the ingress's).
             let lb_hostname_fallback =
@@ -281,9 +290,76 @@ fn reachable(
                 old_server: None,
                 via: topology,
                 pod_host_ip: pod.and_then(|p| p.host_ip),
+                gateway_address: None,
             }
         }
     }
+}
+
+/// Where node `node` of shard `shard` is reachable through the Gateway:
+/// its listener port at the Gateway's address, or its hostname. The
+/// Gateway's addresses are read as a load balancer's ingress: an address
+/// that is a hostname only serves `ip` mode by announcing that hostname.
+fn via_gateway(
+    ea: &ExternalAccess,
+    through: &Through<'_>,
+    index: &Index<'_>,
+    shard: u32,
+    node: u32,
+) -> External {
+    let pod = index.pod(shard, node);
+    let wants_hostname = ea.preferred_endpoint_type == EndpointType::Hostname;
+    let domain_host = domain_hostname(ea, shard, node);
+    let addresses = through.observed().map_or(&[][..], |g| &g.addresses[..]);
+    let (address_ip, address_host) = first_ip_and_hostname(addresses);
+    let hostname_fallback = !wants_hostname && address_ip.is_none() && address_host.is_some();
+    let hostname = domain_host.or_else(|| address_host.clone().filter(|_| hostname_fallback));
+    let prefer_hostname = (wants_hostname || hostname_fallback) && hostname.is_some();
+    let reach = through.reach(shard, node);
+    let pending = match reach {
+        Err(Unreachable::Api) => Some(Pending::GatewayApi),
+        Err(Unreachable::Gateway) => Some(Pending::GatewayNotFound),
+        Err(Unreachable::Listener) => Some(Pending::GatewayListener),
+        Err(Unreachable::Address) => Some(Pending::GatewayAddress),
+        Ok(_) if !prefer_hostname && address_ip.is_none() => Some(Pending::GatewayAddress),
+        Ok(_) => None,
+    };
+    External {
+        hostname,
+        client_ip: address_ip,
+        port: through.port(shard, node).unwrap_or(0),
+        prefer_hostname,
+        pending,
+        pod_ready: pod.is_some_and(|p| p.ready),
+        lb_hostname_fallback: hostname_fallback,
+        old_server: None,
+        via: ea.topology,
+        pod_host_ip: pod.and_then(|p| p.host_ip),
+        gateway_address: address_ip.map(format_ip).or(address_host),
+    }
+}
+
+/// The hostname node (`shard`, `node`) announces with a domain, by the
+/// spec's hostname scope.
+fn domain_hostname(ea: &ExternalAccess, shard: u32, node: u32) -> Option<String> {
+    ea.domain.as_deref().map(|d| match ea.hostname_scope {
+        HostnameScope::Shard => names::announce_hostname(&ea.hostname_prefix, shard, d),
+        HostnameScope::Node => names::node_hostname(&ea.hostname_prefix, shard, node, d),
+    })
+}
+
+/// The first IP and the first hostname among load-balancer ingress points
+/// or Gateway addresses.
+fn first_ip_and_hostname(points: &[Ingress]) -> (Option<IpAddress>, Option<String>) {
+    let ip = points.iter().find_map(|i| match i {
+        Ingress::Ip(ip) => Some(*ip),
+        Ingress::Hostname(_) => None,
+    });
+    let host = points.iter().find_map(|i| match i {
+        Ingress::Hostname(h) => Some(h.clone()),
+        Ingress::Ip(_) => None,
+    });
+    (ip, host)
 }
 
 /// The port node `node` listens on in its Service of `topology`: a shard

@@ -13,6 +13,7 @@
 pub mod acl;
 pub mod announce;
 pub mod endpoints;
+pub mod gateway;
 pub mod layout;
 pub mod placement;
 pub mod server;
@@ -92,10 +93,12 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
         });
     }
 
+    let through =
+        ea.and_then(|ea| gateway::Through::of(ea, input.observed.gateway.as_ref(), tls, nodes));
     let externals: Vec<External> = match ea {
         Some(ea) => layout
             .iter()
-            .map(|(s, n)| endpoints::external(ea, &index, servers.of(s, n), s, n))
+            .map(|(s, n)| endpoints::external(ea, through.as_ref(), &index, servers.of(s, n), s, n))
             .collect(),
         None => Vec::new(),
     };
@@ -121,6 +124,11 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
 
     let mut desired_status = Status::default();
     let mut services = Vec::new();
+    let mut routes = Vec::new();
+    if let (Some(ea), Some(through)) = (ea, &through) {
+        routes = gateway::routes(&cluster.name, ea, through, &layout);
+        desired_status.gateway = Some(through.status(&layout));
+    }
     if let Some(ea) = ea {
         // While some node is still reached through the other topology's
         // Service, those Services stay (a switch under way).
@@ -138,14 +146,17 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
         ));
         desired_status
             .conditions
-            .push(status::external_access_ready(&externals));
+            .push(status::external_access_ready(&externals, through.as_ref()));
         if externals.iter().any(|e| e.lb_hostname_fallback) {
+            let what = if through.is_some() {
+                "the Gateway has a hostname but no IP address"
+            } else {
+                "a load balancer has a hostname but no IP"
+            };
             violations.push(Violation {
                 severity: Severity::Warning,
                 field: "spec.externalAccess.preferredEndpointType".to_string(),
-                message: "a load balancer has a hostname but no IP, so its nodes announce a \
-                          hostname instead of an IP"
-                    .to_string(),
+                message: format!("{what}, so its nodes announce a hostname instead of an IP"),
             });
         }
     }
@@ -153,6 +164,7 @@ pub fn reconcile(input: &Input) -> Result<Desired, Error> {
     Ok(Desired {
         labels: common_labels(&cluster.name),
         services,
+        routes,
         workload: workload(cluster, restart_settings),
         acl: acl::render(cluster, &input.credentials, servers.oldest()),
         nodes: node_list,

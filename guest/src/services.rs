@@ -140,6 +140,9 @@ fn node_port(
     shard: u32,
     node: u32,
 ) -> u32 {
+    if ea.service_type == ServiceType::ClusterIp {
+        return 0;
+    }
     ea.node_ports
         .as_ref()
         .filter(|_| topology == ea.topology)

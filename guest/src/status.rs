@@ -1,6 +1,7 @@
 //! `status.externalEndpoints` and the `ExternalAccessReady` condition.
 
 use crate::endpoints::{External, Pending, format_ip};
+use crate::gateway::Through;
 use crate::layout::Layout;
 use shardgate_contract::model::{
     Condition, ConditionStatus, IpAddress, NodeEndpoint, ServiceTopology, ServiceType,
@@ -38,10 +39,11 @@ pub struct Where<'a> {
 
 /// The `host:port` that answers on node (shard, node)'s announced port from
 /// inside Kubernetes, so in-cluster clients need not leave it (split
-/// horizon): with a load balancer, its Service's DNS name (the Service port
-/// is the announced port); with NodePort, the pod's node InternalIP (a
-/// NodePort opens on every node address). Empty while the endpoint is not
-/// usable.
+/// horizon): through a Gateway, the Gateway's address (in-cluster clients
+/// reach it as well); with a load balancer, its Service's DNS name (the
+/// Service port is the announced port); with NodePort, the pod's node
+/// InternalIP (a NodePort opens on every node address). Empty while the
+/// endpoint is not usable.
 pub fn in_cluster(
     at: Where<'_>,
     service_type: ServiceType,
@@ -52,7 +54,15 @@ pub fn in_cluster(
     if !e.usable() {
         return String::new();
     }
+    if let Some(address) = &e.gateway_address {
+        return match address.contains(':') {
+            true => format!("[{address}]:{}", e.port),
+            false => format!("{address}:{}", e.port),
+        };
+    }
     match service_type {
+        // Only with a gateway (above).
+        ServiceType::ClusterIp => String::new(),
         ServiceType::LoadBalancer => {
             let service = match e.via {
                 ServiceTopology::PerShard => names::shard_service(at.cluster, shard),
@@ -91,7 +101,13 @@ fn shard_endpoint(
             .map(|(&node, e)| NodeEndpoint {
                 node,
                 host: e.host(),
-                port: if e.usable() || service_type == ServiceType::NodePort {
+                // A NodePort or listener port is known before the
+                // endpoint is usable; a load balancer's port means nothing
+                // without its address.
+                port: if e.usable()
+                    || service_type == ServiceType::NodePort
+                    || e.gateway_address.is_some()
+                {
                     e.port
                 } else {
                     0
@@ -105,11 +121,52 @@ fn shard_endpoint(
 
 /// `ExternalAccessReady`: true once every node is announced and its pod ready;
 /// otherwise the most fundamental thing still missing.
-pub fn external_access_ready(externals: &[External]) -> Condition {
+pub fn external_access_ready(externals: &[External], through: Option<&Through<'_>>) -> Condition {
     let total = externals.len();
     let count = |p: Pending| externals.iter().filter(|e| e.pending == Some(p)).count();
     let old = count(Pending::ServerTooOld);
-    let (reason, message) = if old > 0 {
+    let gateway = through.map_or("", |t| t.gateway.name.as_str());
+    let (reason, message) = if count(Pending::GatewayApi) > 0 {
+        (
+            shardgate_contract::conditions::GATEWAY_API_UNAVAILABLE,
+            format!(
+                "the API server does not serve the Gateway API kinds this cluster needs                  (gateway.networking.k8s.io Gateway and {}): install the Gateway API CRDs,                  then restart the operator; nothing external is announced",
+                match through.map(|t| t.kind) {
+                    Some(shardgate_contract::model::RouteKind::Tls) => "TLSRoute",
+                    _ => "TCPRoute",
+                }
+            ),
+        )
+    } else if count(Pending::GatewayNotFound) > 0 {
+        (
+            "GatewayNotFound",
+            format!(
+                "there is no Gateway {gateway:?} in the cluster's namespace; nothing external                  is announced"
+            ),
+        )
+    } else if count(Pending::GatewayListener) > 0 {
+        let missing: Vec<String> = externals
+            .iter()
+            .filter(|e| e.pending == Some(Pending::GatewayListener) && e.port != 0)
+            .map(|e| e.port.to_string())
+            .collect();
+        (
+            "GatewayListenersMissing",
+            format!(
+                "{} of {total} nodes have no listener on Gateway {gateway:?} for their route                  (ports: {}); they are not announced until it has one",
+                count(Pending::GatewayListener),
+                missing.join(", ")
+            ),
+        )
+    } else if count(Pending::GatewayAddress) > 0 {
+        (
+            "AwaitingGatewayAddress",
+            format!(
+                "Gateway {gateway:?} has no address yet; nothing external is announced for                  {} of {total} nodes",
+                count(Pending::GatewayAddress)
+            ),
+        )
+    } else if old > 0 {
         let versions: std::collections::BTreeSet<&str> = externals
             .iter()
             .filter_map(|e| e.old_server.as_deref())

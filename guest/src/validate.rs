@@ -306,6 +306,7 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
         out.warning(format!("{EA}.externalTrafficPolicy"), why);
     }
     check_exposure_options(cluster, ea, out);
+    check_gateway(cluster, ea, out);
     if ea.service_type == ServiceType::NodePort && (1..=MAX_SHARDS).contains(&cluster.shards) {
         let ports = cluster.shards as u64 * nodes_per_shard(cluster) as u64;
         if ports > DEFAULT_NODE_PORT_RANGE / 2 {
@@ -327,8 +328,14 @@ fn check_external_access(cluster: &Cluster, out: &mut Findings) {
 /// (and keeps the client's source IP); a load balancer or a hostname may
 /// send a client to any node.
 pub fn local_policy_drops(ea: &ExternalAccess) -> Option<&'static str> {
+    if ea.gateway.is_some() {
+        // The Gateway forwards to the Services from inside the cluster.
+        return None;
+    }
     match (ea.service_type, ea.preferred_endpoint_type) {
         (ServiceType::NodePort, EndpointType::Ip) => None,
+        // No external traffic: refused without a gateway.
+        (ServiceType::ClusterIp, _) => None,
         // A node's own load balancer health-checks its one pod's node only.
         (ServiceType::LoadBalancer, _) if ea.topology == ServiceTopology::PerNode => None,
         (ServiceType::NodePort, EndpointType::Hostname) => Some(
@@ -401,7 +408,7 @@ fn check_exposure_options(cluster: &Cluster, ea: &ExternalAccess, out: &mut Find
             format!("{class:?} is not a valid class name (e.g. example.com/lb)"),
         );
     }
-    if node_port {
+    if ea.service_type != ServiceType::LoadBalancer {
         for (set, field) in [
             (
                 !ea.load_balancer_source_ranges.is_empty(),
@@ -419,6 +426,102 @@ fn check_exposure_options(cluster: &Cluster, ea: &ExternalAccess, out: &mut Find
                     "applies to serviceType LoadBalancer only; it has no effect here",
                 );
             }
+        }
+    }
+}
+
+/// `gateway` and what goes with it: `serviceType: ClusterIP` only behind
+/// a Gateway; a listener port per node that fits in 1-65535; a section
+/// name only for a one-node cluster (a listener has one port); and a TLS
+/// cluster reached by each node's own hostname, which its TLSRoute
+/// matches (SNI).
+fn check_gateway(cluster: &Cluster, ea: &ExternalAccess, out: &mut Findings) {
+    const EA: &str = "spec.externalAccess";
+    let Some(gw) = &ea.gateway else {
+        if ea.service_type == ServiceType::ClusterIp {
+            out.error(
+                format!("{EA}.serviceType"),
+                "ClusterIP makes no external endpoint: it is for a gateway, which is then the                  only way in (set gateway, or use NodePort or LoadBalancer)",
+            );
+        }
+        return;
+    };
+    const GW: &str = "spec.externalAccess.gateway";
+    if !syntax::is_dns_subdomain(&gw.name) {
+        out.error(
+            format!("{GW}.gatewayRef.name"),
+            format!("{:?} is not a valid object name", gw.name),
+        );
+    }
+    let sized = (1..=MAX_SHARDS).contains(&cluster.shards);
+    let total = cluster.shards.max(0) as u64 * nodes_per_shard(cluster) as u64;
+    if let Some(section) = &gw.section_name {
+        if !syntax::is_dns_subdomain(section) {
+            out.error(
+                format!("{GW}.gatewayRef.sectionName"),
+                format!("{section:?} is not a valid listener name"),
+            );
+        } else if sized && total > 1 {
+            out.error(
+                format!("{GW}.gatewayRef.sectionName"),
+                format!(
+                    "names one listener, and a listener has one port: the cluster's {total}                      nodes need {total} listener ports from basePort. Leave sectionName unset                      so each node's route attaches to the listener on its own port"
+                ),
+            );
+        }
+    }
+    let last = gw.base_port as u64 + total.max(1) - 1;
+    if gw.base_port == 0 || (sized && last > u64::from(u16::MAX)) {
+        out.error(
+            format!("{GW}.basePort"),
+            format!(
+                "{}: the {} listener ports {}-{last} must lie in 1-65535",
+                gw.base_port,
+                total.max(1),
+                gw.base_port
+            ),
+        );
+    }
+    if ea.service_type == ServiceType::ClusterIp && ea.node_ports.is_some() {
+        out.error(
+            format!("{EA}.nodePorts"),
+            "ClusterIP Services have no NodePorts: remove nodePorts, or use serviceType NodePort",
+        );
+    }
+    if ea.service_type != ServiceType::ClusterIp {
+        out.warning(
+            format!("{EA}.serviceType"),
+            "with a gateway every node is announced at the Gateway: the Services' own external              addresses are made but never announced (ClusterIP, the default with a gateway,              makes none)",
+        );
+    }
+    if ea.external_traffic_policy == TrafficPolicy::Local {
+        out.warning(
+            format!("{EA}.externalTrafficPolicy"),
+            "has no effect with a gateway: the Gateway forwards to the Services from inside              the cluster",
+        );
+    }
+    if ea.external_dns {
+        out.warning(
+            format!("{EA}.externalDNS"),
+            "annotates the Services, which a gateway keeps internal: point the announced names              at the Gateway's address (external-dns's Gateway sources read TLSRoute hostnames)",
+        );
+    }
+    if cluster.tls.is_some() {
+        let why = "a TLS cluster behind a gateway is routed by SNI: each node's TLSRoute                    matches the node's own hostname, <hostnamePrefix>-<shard>-<node>.<domain>,                    which clients must connect to";
+        if ea.domain.is_none() {
+            out.error(format!("{EA}.domain"), format!("is required: {why}"));
+        }
+        if ea.hostname_scope != HostnameScope::Node {
+            out.error(
+                format!("{EA}.hostnameScope"),
+                format!("must be Node: {why}"),
+            );
+        }
+        if ea.preferred_endpoint_type != EndpointType::Hostname {
+            out.error(
+                format!("{EA}.preferredEndpointType"),
+                format!("must be hostname: {why}"),
+            );
         }
     }
 }

@@ -142,6 +142,7 @@ fn allocated_node_ports_are_kept_and_announced() {
         pods: (0..3)
             .flat_map(|s| (0..2).map(move |n| pod(s, n, None)))
             .collect(),
+        gateway: None,
         valkey: None,
     };
     let d = run(cluster(3, 1, Some(hostname_ea())), observed);
@@ -183,6 +184,7 @@ fn node_ports_are_matched_by_port_name_not_position() {
     let observed = Observed {
         services: vec![ports(0, &[(2, 30002), (0, 30000), (7, 30007)])],
         pods: vec![],
+        gateway: None,
         valkey: None,
     };
     let d = run(cluster(1, 2, Some(ExternalAccess::default())), observed);
@@ -200,6 +202,7 @@ fn ip_mode_never_announces_a_port_without_a_reachable_ip() {
     let observed = Observed {
         services: vec![ports(0, &[(0, 30000)])],
         pods: vec![pod(0, 0, None)],
+        gateway: None,
         valkey: None,
     };
     let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
@@ -215,6 +218,7 @@ fn ip_mode_never_announces_a_port_without_a_reachable_ip() {
     let observed = Observed {
         services: vec![ports(0, &[(0, 30000)])],
         pods: vec![pod(0, 0, Some(HOST))],
+        gateway: None,
         valkey: None,
     };
     let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
@@ -244,6 +248,7 @@ fn ipv6_host_ip_is_announced_as_client_ipv6() {
             ready: true,
             outdated: false,
         }],
+        gateway: None,
         valkey: None,
     };
     let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
@@ -277,6 +282,7 @@ fn load_balancer_ingress_ip_is_announced() {
     let observed = Observed {
         services: vec![svc],
         pods: vec![pod(0, 0, Some(HOST)), pod(0, 1, Some(HOST))],
+        gateway: None,
         valkey: None,
     };
     let d = run(cluster(1, 1, Some(lb_ea())), observed);
@@ -302,6 +308,7 @@ fn hostname_only_load_balancer_announces_its_hostname() {
         Observed {
             services: vec![svc],
             pods: vec![pod(0, 0, Some(HOST))],
+            gateway: None,
             valkey: None,
         },
     );
@@ -326,6 +333,7 @@ fn replicas_one_to_two_adds_ports_and_keeps_node_ports() {
     let observed = Observed {
         services: vec![ports(0, &[(0, 30100), (1, 30101)])],
         pods: vec![],
+        gateway: None,
         valkey: None,
     };
     let d = run(cluster(1, 2, Some(ExternalAccess::default())), observed);
@@ -342,6 +350,7 @@ fn shards_three_to_one_drops_excess_services() {
     let observed = Observed {
         services: (0..3).map(|s| ports(s, &[(0, 30000 + s)])).collect(),
         pods: vec![],
+        gateway: None,
         valkey: None,
     };
     let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
@@ -378,6 +387,7 @@ fn shards_three_to_two_keep_a_draining_shard() {
     let observed = Observed {
         services: (0..3).map(|s| ports(s, &[(0, 30000 + s)])).collect(),
         pods: (0..3).map(|s| pod(s, 0, None)).collect(),
+        gateway: None,
         valkey: Some(vec![
             fact(0, 0, 5461),
             fact(1, 5462, 10922),
@@ -404,6 +414,7 @@ fn disabled_is_identical_to_absent() {
     let observed = Observed {
         services: vec![ports(0, &[(0, 30000)])],
         pods: vec![pod(0, 0, Some(HOST))],
+        gateway: None,
         valkey: None,
     };
     let disabled = ExternalAccess {
@@ -446,6 +457,7 @@ fn tls_announces_the_external_port_for_tls_and_plaintext_connections() {
         Observed {
             services: vec![ports(0, &[(0, 30500)])],
             pods: vec![],
+            gateway: None,
             valkey: None,
         },
     );
@@ -641,6 +653,7 @@ fn output_ignores_observed_objects_out_of_range() {
     let observed = Observed {
         services: vec![ports(9, &[(0, 30000)])],
         pods: vec![pod(0, 9, Some(HOST)), pod(9, 0, Some(HOST))],
+        gateway: None,
         valkey: None,
     };
     let a = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
@@ -728,6 +741,7 @@ fn a_departing_node_that_serves_keeps_its_objects_and_hands_over() {
     let observed = Observed {
         services: vec![ports(0, &[(0, 30000), (1, 30001)])],
         pods: vec![pod(0, 0, Some(HOST)), pod(0, 1, Some(HOST))],
+        gateway: None,
         valkey: Some(failed_over_pair("9.1.2")),
     };
     let d = run(cluster(1, 0, Some(ExternalAccess::default())), observed);
@@ -757,6 +771,7 @@ fn an_old_server_is_told_apart_and_asked_only_for_what_it_has() {
     let observed = Observed {
         services: vec![ports(0, &[(0, 30000), (1, 30001)])],
         pods: vec![pod(0, 0, Some(HOST)), pod(0, 1, Some(HOST))],
+        gateway: None,
         valkey: Some(failed_over_pair("8.1.8")),
     };
     let d = run(cluster(1, 1, Some(ExternalAccess::default())), observed);
@@ -982,6 +997,7 @@ fn external_ip_mode_announces_the_nodes_external_address_once_known() {
     let observed = |p: ObservedPod| Observed {
         services: vec![ports(0, &[(0, 31000)])],
         pods: vec![p],
+        gateway: None,
         valkey: None,
     };
     let d = run(cluster(1, 0, Some(ea.clone())), observed(with_external));
@@ -1428,4 +1444,279 @@ fn a_node_port_pinned_elsewhere_is_refused_unless_already_held() {
     ] {
         assert_eq!(attempt(ea.clone(), services), want, "{ea:?}");
     }
+}
+
+// ---- Gateway API ----------------------------------------------------------
+
+const GATEWAY_IP: u32 = 0xcb00_710a; // 203.0.113.10
+
+fn gateway_ea(section: Option<&str>) -> ExternalAccess {
+    ExternalAccess {
+        service_type: ServiceType::ClusterIp,
+        gateway: Some(Gateway {
+            name: "valkey".into(),
+            section_name: section.map(String::from),
+            base_port: 7000,
+        }),
+        ..ExternalAccess::default()
+    }
+}
+
+/// A Gateway with a listener of `protocol` on each of `ports`, at
+/// [`GATEWAY_IP`].
+fn gateway_with(ports: &[u32], protocol: ListenerProtocol) -> GatewayFound {
+    GatewayFound::Found(ObservedGateway {
+        listeners: ports
+            .iter()
+            .map(|&port| Listener {
+                name: format!("valkey-{port}"),
+                port,
+                protocol,
+            })
+            .collect(),
+        addresses: vec![Ingress::Ip(IpAddress::V4(GATEWAY_IP))],
+    })
+}
+
+fn every_pod(shards: u32, nodes: u32) -> Vec<ObservedPod> {
+    (0..shards)
+        .flat_map(|s| (0..nodes).map(move |n| pod(s, n, Some(HOST))))
+        .collect()
+}
+
+fn behind(gateway: Option<GatewayFound>, shards: u32, nodes: u32) -> Observed {
+    Observed {
+        pods: every_pod(shards, nodes),
+        gateway,
+        ..Observed::default()
+    }
+}
+
+fn condition(d: &Desired) -> &Condition {
+    d.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ExternalAccessReady")
+        .unwrap()
+}
+
+#[test]
+fn behind_a_gateway_each_node_is_announced_on_its_listener_port_at_the_gateway() {
+    let listeners: Vec<u32> = (7000..7006).collect();
+    let found = gateway_with(&listeners, ListenerProtocol::Tcp);
+    let d = run(
+        cluster(3, 1, Some(gateway_ea(None))),
+        behind(Some(found), 3, 2),
+    );
+    // ClusterIP Services: no NodePort, no traffic policy to speak of.
+    assert!(
+        d.services
+            .iter()
+            .all(|s| s.service_type == ServiceType::ClusterIp)
+    );
+    assert!(
+        d.services
+            .iter()
+            .flat_map(|s| &s.ports)
+            .all(|p| p.node_port == 0)
+    );
+    assert_eq!(d.routes.len(), 6);
+    for r in &d.routes {
+        let k = r.shard * 2 + r.node;
+        assert_eq!(r.port, 7000 + k, "{r:?}");
+        assert_eq!(r.kind, RouteKind::Tcp);
+        assert_eq!(r.service, format!("shardgate-demo-shard-{}", r.shard));
+        assert_eq!(r.service_port, 6379 + r.node);
+        assert_eq!(
+            announce(&d, r.shard, r.node, "cluster-announce-client-ipv4"),
+            "203.0.113.10"
+        );
+        assert_eq!(
+            announce(&d, r.shard, r.node, "cluster-announce-client-port"),
+            (7000 + k).to_string()
+        );
+    }
+    let eps = d.status.external_endpoints.as_ref().unwrap();
+    let n = &eps[2].nodes[1];
+    assert_eq!(
+        (n.host.as_str(), n.port, n.ready),
+        ("203.0.113.10", 7005, true)
+    );
+    assert_eq!(
+        n.in_cluster, "203.0.113.10:7005",
+        "the Gateway answers inside too"
+    );
+    assert_eq!(condition(&d).status, ConditionStatus::True);
+    let g = d.status.gateway.as_ref().unwrap();
+    assert_eq!((g.name.as_str(), g.missing_listeners.len()), ("valkey", 0));
+}
+
+#[test]
+fn a_node_whose_listener_is_missing_is_reported_and_not_announced() {
+    // Listeners for shard 0 only (7000, 7001), and 7003 as TLS.
+    let mut found = gateway_with(&[7000, 7001], ListenerProtocol::Tcp);
+    if let GatewayFound::Found(g) = &mut found {
+        g.listeners.push(Listener {
+            name: "tls".into(),
+            port: 7003,
+            protocol: ListenerProtocol::Tls,
+        });
+    }
+    let d = run(
+        cluster(2, 1, Some(gateway_ea(None))),
+        behind(Some(found), 2, 2),
+    );
+    assert_eq!(
+        d.status.gateway.as_ref().unwrap().missing_listeners,
+        [7002, 7003]
+    );
+    assert_eq!(announce(&d, 0, 1, "cluster-announce-client-port"), "7001");
+    for node in 0..2 {
+        assert_eq!(announce(&d, 1, node, "cluster-announce-client-port"), "0");
+        assert_eq!(announce(&d, 1, node, "cluster-announce-client-ipv4"), "");
+    }
+    // The route exists anyway: it attaches once the listener does.
+    assert_eq!(d.routes.len(), 4);
+    let eps = d.status.external_endpoints.as_ref().unwrap();
+    let n = &eps[1].nodes[0];
+    assert_eq!((n.host.as_str(), n.port, n.ready), ("", 7002, false));
+    let c = condition(&d);
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (ConditionStatus::False, "GatewayListenersMissing")
+    );
+    assert!(c.message.contains("7002, 7003"), "{}", c.message);
+}
+
+#[test]
+fn without_the_gateway_or_its_api_nothing_external_is_announced() {
+    // (what the host found) => the condition's reason
+    for (found, reason) in [
+        (None, "GatewayAPIUnavailable"),
+        (Some(GatewayFound::NotServed), "GatewayAPIUnavailable"),
+        (Some(GatewayFound::Missing), "GatewayNotFound"),
+        (
+            Some(GatewayFound::Found(ObservedGateway {
+                addresses: vec![],
+                ..match gateway_with(&[7000], ListenerProtocol::Tcp) {
+                    GatewayFound::Found(g) => g,
+                    _ => unreachable!(),
+                }
+            })),
+            "AwaitingGatewayAddress",
+        ),
+    ] {
+        let d = run(
+            cluster(1, 0, Some(gateway_ea(None))),
+            behind(found.clone(), 1, 1),
+        );
+        assert_eq!(condition(&d).reason, reason, "{found:?}");
+        assert_eq!(announce(&d, 0, 0, "cluster-announce-client-port"), "0");
+        // Routes and Services are still wanted: nothing to lose.
+        assert_eq!(d.routes.len(), 1);
+        assert_eq!(d.services.len(), 1);
+    }
+}
+
+#[test]
+fn a_hostname_behind_a_gateway_needs_no_gateway_address_and_tls_routes_match_it() {
+    let mut ea = gateway_ea(None);
+    ea.domain = Some("valkey.example.com".into());
+    ea.preferred_endpoint_type = EndpointType::Hostname;
+    ea.hostname_scope = HostnameScope::Node;
+    let mut c = cluster(1, 1, Some(ea));
+    c.tls = Some("demo-cert".into());
+    let mut found = gateway_with(&[7000, 7001], ListenerProtocol::Tls);
+    if let GatewayFound::Found(g) = &mut found {
+        g.addresses.clear();
+    }
+    let d = run(c, behind(Some(found), 1, 2));
+    assert_eq!(d.routes[1].kind, RouteKind::Tls);
+    assert_eq!(d.routes[1].hostnames, ["shard-0-1.valkey.example.com"]);
+    assert_eq!(
+        announce(&d, 0, 1, "cluster-announce-hostname"),
+        "shard-0-1.valkey.example.com"
+    );
+    assert_eq!(
+        announce(&d, 0, 1, "cluster-announce-client-tls-port"),
+        "7001"
+    );
+    assert_eq!(condition(&d).status, ConditionStatus::True);
+}
+
+#[test]
+fn gateway_specs_are_checked_field_by_field() {
+    let with = |f: &dyn Fn(&mut Cluster)| {
+        let mut c = cluster(3, 1, Some(gateway_ea(None)));
+        f(&mut c);
+        errors(c)
+            .into_iter()
+            .map(|(field, _)| field)
+            .collect::<Vec<_>>()
+    };
+    fn ea(c: &mut Cluster) -> &mut ExternalAccess {
+        c.external_access.as_mut().unwrap()
+    }
+    fn gw(c: &mut Cluster) -> &mut Gateway {
+        ea(c).gateway.as_mut().unwrap()
+    }
+    assert!(with(&|_| {}).is_empty());
+    // (change) => the fields refused
+    /// A change to the spec, and the fields it makes refused.
+    type Case = (fn(&mut Cluster), Vec<&'static str>);
+    let cases: Vec<Case> = vec![
+        (
+            |c| ea(c).gateway = None,
+            vec!["spec.externalAccess.serviceType"],
+        ),
+        (
+            |c| gw(c).name = "Not_A_Name".into(),
+            vec!["spec.externalAccess.gateway.gatewayRef.name"],
+        ),
+        (
+            |c| gw(c).section_name = Some("valkey".into()),
+            vec!["spec.externalAccess.gateway.gatewayRef.sectionName"],
+        ),
+        (
+            |c| gw(c).base_port = 0,
+            vec!["spec.externalAccess.gateway.basePort"],
+        ),
+        (
+            |c| gw(c).base_port = 65531,
+            vec!["spec.externalAccess.gateway.basePort"],
+        ),
+        (
+            |c| {
+                ea(c).node_ports = Some(NodePorts {
+                    base: Some(30000),
+                    ports: vec![],
+                })
+            },
+            vec!["spec.externalAccess.nodePorts"],
+        ),
+        (
+            |c| c.tls = Some("cert".into()),
+            vec![
+                "spec.externalAccess.domain",
+                "spec.externalAccess.hostnameScope",
+                "spec.externalAccess.preferredEndpointType",
+            ],
+        ),
+    ];
+    for (change, want) in cases {
+        assert_eq!(with(&change), want);
+    }
+    // 6 nodes from 65530 end at 65535: in range.
+    assert!(with(&|c| gw(c).base_port = 65530).is_empty());
+    // A one-node cluster may name its listener.
+    let mut one = cluster(1, 0, Some(gateway_ea(Some("valkey"))));
+    assert!(errors(one.clone()).is_empty());
+    one.external_access.as_mut().unwrap().service_type = ServiceType::NodePort;
+    let warned = validate(&one);
+    assert!(
+        warned.iter().any(
+            |v| v.field == "spec.externalAccess.serviceType" && v.severity == Severity::Warning
+        ),
+        "{warned:?}"
+    );
 }

@@ -53,6 +53,7 @@ pub fn applied(desired: &Desired, before: &Observed) -> Observed {
     Observed {
         services,
         pods: before.pods.clone(),
+        gateway: before.gateway.clone(),
         valkey: None,
     }
 }

@@ -48,6 +48,28 @@ pub async fn emulator() -> Emulator {
         .unwrap()
 }
 
+/// The emulator of [`emulator`], also serving the Gateway API kinds the
+/// operator uses (Gateway `v1`, TCPRoute and TLSRoute `v1alpha2`).
+pub async fn emulator_with_gateway_api() -> Emulator {
+    let mut builder = Emulator::builder()
+        .custom_resource(CustomResource::from_crd_yaml(CRD).unwrap())
+        .statefulset_controller(true)
+        .bookmark_interval(Duration::from_millis(500));
+    for (version, kind, plural) in [
+        ("v1", "Gateway", "gateways"),
+        ("v1alpha2", "TCPRoute", "tcproutes"),
+        ("v1alpha2", "TLSRoute", "tlsroutes"),
+    ] {
+        builder = builder.custom_resource(CustomResource::namespaced(
+            "gateway.networking.k8s.io",
+            version,
+            kind,
+            plural,
+        ));
+    }
+    builder.start().await.unwrap()
+}
+
 /// How a harness operator is set up.
 pub struct Setup {
     pub identity: String,

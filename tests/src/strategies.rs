@@ -75,7 +75,11 @@ pub fn credentials() -> impl Strategy<Value = Credentials> {
 pub fn external_access() -> impl Strategy<Value = ExternalAccess> {
     (
         prop::bool::weighted(0.85),
-        prop_oneof![Just(ServiceType::NodePort), Just(ServiceType::LoadBalancer)],
+        prop_oneof![
+            5 => Just(ServiceType::NodePort),
+            5 => Just(ServiceType::LoadBalancer),
+            1 => Just(ServiceType::ClusterIp),
+        ],
         prop_oneof![4 => Just(TrafficPolicy::Cluster), 1 => Just(TrafficPolicy::Local)],
         vec(("[a-z]{1,5}\\.io/[a-z]{1,8}", "[ -~]{0,12}"), 0..3),
         prop_oneof![9 => "[a-z]{1,8}", 1 => "[a-zA-Z_-]{0,70}"],
@@ -130,10 +134,12 @@ fn exposure_options() -> impl Strategy<Value = ExternalAccess> {
             Just(ServiceTopology::PerShard),
             Just(ServiceTopology::PerNode)
         ],
+        option::weighted(0.15, gateway()),
     )
         .prop_map(
-            |(scope, address, pins, ranges, class, allocate, external_dns, topology)| {
+            |(scope, address, pins, ranges, class, allocate, external_dns, topology, gateway)| {
                 ExternalAccess {
+                    gateway,
                     hostname_scope: scope,
                     topology,
                     node_address_type: address,
@@ -146,6 +152,51 @@ fn exposure_options() -> impl Strategy<Value = ExternalAccess> {
                 }
             },
         )
+}
+
+/// `spec.externalAccess.gateway`: mostly valid, sometimes a bad name,
+/// a section name or a base port past the range.
+fn gateway() -> impl Strategy<Value = Gateway> {
+    (
+        prop_oneof![9 => "[a-z]{1,8}", 1 => "[A-Z_ ]{0,4}"],
+        option::weighted(0.1, "[a-z]{1,6}"),
+        prop_oneof![9 => 6990u32..7010, 1 => 0u32..70000],
+    )
+        .prop_map(|(name, section_name, base_port)| Gateway {
+            name,
+            section_name,
+            base_port,
+        })
+}
+
+/// What the host found of a Gateway: not served, missing, or found with
+/// listeners around the usual base port and some addresses.
+fn gateway_found() -> impl Strategy<Value = GatewayFound> {
+    let protocol = prop_oneof![
+        4 => Just(ListenerProtocol::Tcp),
+        2 => Just(ListenerProtocol::Tls),
+        1 => Just(ListenerProtocol::Other),
+    ];
+    let listener =
+        ("[a-z]{1,6}", 6990u32..7030, protocol).prop_map(|(name, port, protocol)| Listener {
+            name,
+            port,
+            protocol,
+        });
+    let address = prop_oneof![
+        3 => ip().prop_map(Ingress::Ip),
+        1 => "gw\\.[a-z]{3,8}\\.example".prop_map(Ingress::Hostname),
+    ];
+    prop_oneof![
+        1 => Just(GatewayFound::NotServed),
+        1 => Just(GatewayFound::Missing),
+        6 => (vec(listener, 0..12), vec(address, 0..2)).prop_map(|(listeners, addresses)| {
+            GatewayFound::Found(ObservedGateway {
+                listeners,
+                addresses,
+            })
+        }),
+    ]
 }
 
 /// Cluster specs: mostly small and valid, sometimes out-of-range shards,
@@ -296,10 +347,12 @@ pub fn observed(shards: u32, nodes: u32) -> impl Strategy<Value = Observed> {
     (
         vec(service, 0..(s as usize + 1)),
         vec(pod, 0..((s * n) as usize + 1)),
+        option::weighted(0.3, gateway_found()),
     )
-        .prop_map(|(services, pods)| Observed {
+        .prop_map(|(services, pods, gateway)| Observed {
             services,
             pods,
+            gateway,
             valkey: None,
         })
 }

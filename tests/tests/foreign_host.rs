@@ -56,6 +56,7 @@ fn cluster(domain: Option<&str>) -> Cluster {
             load_balancer_class: None,
             allocate_load_balancer_node_ports: None,
             external_dns: false,
+            gateway: None,
         }),
         users: vec![],
         config: vec![("maxmemory".into(), "100mb".into())],

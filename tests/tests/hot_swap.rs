@@ -271,7 +271,7 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
         (
             "empty component",
             b"\0asm\x0d\0\x01\0".to_vec(),
-            "does not export shardgate:reconcile/reconciler@0.6.0",
+            "does not export shardgate:reconcile/reconciler@0.7.0",
         ),
         (
             "truncated",

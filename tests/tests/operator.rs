@@ -9,7 +9,7 @@ use kube_emulator::{Emulator, Fault, Verb};
 use serde_json::json;
 use shardgate_operator::LeaseOptions;
 use shardgate_tests::harness::{
-    NS, Operator, Setup, cluster, condition, converged, create, emulator, events, eventually,
+    self, NS, Operator, Setup, cluster, condition, converged, create, emulator, events, eventually,
     node_ports, nodeport, patch_spec, shard_services, status,
 };
 
@@ -548,7 +548,7 @@ async fn a_failing_reconcile_is_told_in_status_once_and_metrics() {
     assert_eq!(status(&emu, "demo")["state"], "Ready");
     assert_eq!(status(&emu, "demo")["readyShards"], 2);
     let state_metric = |state: &str| {
-        shardgate_tests::harness::metric_sum(
+        harness::metric_sum(
             &op.metrics,
             &format!(
                 "shardgate_cluster_state{{namespace=\"{NS}\",cluster=\"demo\",state=\"{state}\"}}"
@@ -577,7 +577,7 @@ async fn a_failing_reconcile_is_told_in_status_once_and_metrics() {
     let retried = op.reconciles();
     eventually(&emu, "several retries", |_| op.reconciles() >= retried + 3).await;
     let failed = events(&emu, "ReconcileFailed");
-    let times = shardgate_tests::harness::times_said(&emu, "ReconcileFailed", "");
+    let times = harness::times_said(&emu, "ReconcileFailed", "");
     assert_eq!(
         times, 1,
         "one Warning while the same failure holds: {failed:?}"
@@ -721,5 +721,163 @@ async fn a_node_port_another_cluster_pins_is_refused_by_field() {
         ports.iter().all(|p| (30200..30202).contains(p)),
         "{ports:?}"
     );
+    op.stop().await;
+}
+
+/// A Gateway `valkey` with a TCP listener on each of `ports`, at 203.0.113.10.
+async fn gateway(emu: &Emulator, ports: &[u32]) {
+    let listeners: Vec<_> = ports
+        .iter()
+        .map(|p| json!({"name": format!("valkey-{p}"), "port": p, "protocol": "TCP"}))
+        .collect();
+    let client = emu.client().await.unwrap();
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client,
+        NS,
+        &kube::api::ApiResource {
+            group: "gateway.networking.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "gateway.networking.k8s.io/v1".into(),
+            kind: "Gateway".into(),
+            plural: "gateways".into(),
+        },
+    );
+    let body = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "valkey", "namespace": NS},
+        "spec": {"gatewayClassName": "example", "listeners": listeners}});
+    api.patch(
+        "valkey",
+        &PatchParams::apply("gateway-owner").force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .unwrap();
+    emu.patch_status(
+        "gateways",
+        NS,
+        "valkey",
+        "gateway-controller",
+        json!({"status": {"addresses": [{"type": "IPAddress", "value": "203.0.113.10"}]}}),
+    )
+    .unwrap();
+}
+
+fn routes(emu: &Emulator) -> Vec<serde_json::Value> {
+    let mut v = emu.list("tcproutes", Some(NS));
+    v.sort_by_key(|r| r["metadata"]["name"].as_str().unwrap().to_string());
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_gateway_each_node_gets_a_route_and_missing_listeners_are_reported() {
+    let emu = harness::emulator_with_gateway_api().await;
+    // Listeners for three of the four nodes.
+    gateway(&emu, &[7000, 7001, 7002]).await;
+    let op = Operator::start(&emu, "solo").await;
+    let gw =
+        json!({"enabled": true, "gateway": {"gatewayRef": {"name": "valkey"}, "basePort": 7000}});
+    create(&emu, cluster("gw", 2, 1, gw)).await;
+    eventually(&emu, "a missing listener reported", |e| {
+        status(e, "gw")["gateway"]["missingListeners"] == json!([7003])
+            && condition(e, "gw", "ExternalAccessReady")
+                == Some(("False".into(), "GatewayListenersMissing".into()))
+    })
+    .await;
+    // ClusterIP Services (the default with a gateway) and one route per
+    // node, to its own port of its shard's Service.
+    for svc in shard_services(&emu) {
+        assert_eq!(svc["spec"]["type"], "ClusterIP", "{svc:#}");
+        assert!(svc["spec"].get("externalTrafficPolicy").is_none());
+    }
+    let r = routes(&emu);
+    assert_eq!(r.len(), 4);
+    assert_eq!(r[3]["metadata"]["name"], "shardgate-gw-1-1");
+    assert_eq!(r[3]["metadata"]["labels"]["shardgate.io/cluster"], "gw");
+    assert_eq!(
+        r[3]["metadata"]["ownerReferences"][0]["kind"],
+        "ValkeyCluster"
+    );
+    assert_eq!(
+        r[3]["spec"]["parentRefs"],
+        json!([{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "valkey", "port": 7003}])
+    );
+    assert_eq!(
+        r[3]["spec"]["rules"][0]["backendRefs"],
+        json!([{"group": "", "kind": "Service", "name": "shardgate-gw-shard-1", "port": 6380, "weight": 1}])
+    );
+    let eps = status(&emu, "gw")["externalEndpoints"].clone();
+    assert_eq!(eps[1]["nodes"][0]["host"], "203.0.113.10");
+    assert_eq!(eps[1]["nodes"][0]["port"], 7002);
+    assert_eq!(
+        eps[1]["nodes"][1]["host"], "",
+        "not announced without its listener"
+    );
+    assert_eq!(eps[1]["nodes"][1]["ready"], false);
+
+    // The Gateway gains the listener: the cluster follows, no resync needed.
+    gateway(&emu, &[7000, 7001, 7002, 7003]).await;
+    eventually(&emu, "every node announced", |e| converged(e, "gw")).await;
+    assert!(
+        status(&emu, "gw")["gateway"]
+            .get("missingListeners")
+            .is_none()
+    );
+    let conf = emu.get("configmaps", NS, "shardgate-gw-1-1").unwrap();
+    let conf = conf["data"]["valkey.conf"].as_str().unwrap();
+    assert!(
+        conf.contains("cluster-announce-client-ipv4 203.0.113.10\n"),
+        "{conf}"
+    );
+    assert!(
+        conf.contains("cluster-announce-client-port 7003\n"),
+        "{conf}"
+    );
+
+    // Steady state: nothing written.
+    emu.reset_counts();
+    let before = op.reconciles();
+    op.resync(20).await;
+    eventually(&emu, "20 reconciles", |_| op.reconciles() >= before + 20).await;
+    assert_eq!(emu.total_writes(), 0, "{:?}", emu.write_counts());
+
+    // Without the gateway the routes go and the Services are NodePorts.
+    patch_spec(
+        &emu,
+        "gw",
+        json!({"externalAccess": {"gateway": null, "serviceType": "NodePort"}}),
+    )
+    .await;
+    eventually(&emu, "routes pruned, status.gateway gone", |e| {
+        routes(e).is_empty() && converged(e, "gw") && status(e, "gw").get("gateway").is_none()
+    })
+    .await;
+    assert!(
+        shard_services(&emu)
+            .iter()
+            .all(|s| s["spec"]["type"] == "NodePort")
+    );
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_without_the_gateway_api_degrades_the_cluster_and_writes_no_route() {
+    let emu = emulator().await;
+    let op = Operator::start(&emu, "solo").await;
+    let gw =
+        json!({"enabled": true, "gateway": {"gatewayRef": {"name": "valkey"}, "basePort": 7000}});
+    create(&emu, cluster("nogw", 1, 0, gw)).await;
+    eventually(&emu, "degraded for the missing API", |e| {
+        condition(e, "nogw", "Degraded") == Some(("True".into(), "GatewayAPIUnavailable".into()))
+            && status(e, "nogw")["state"] == "Degraded"
+    })
+    .await;
+    // The rest of the cluster is there; nothing is announced.
+    assert_eq!(shard_services(&emu).len(), 1);
+    assert!(emu.get("statefulsets", NS, "shardgate-nogw-0-0").is_some());
+    assert_eq!(
+        condition(&emu, "nogw", "ExternalAccessReady"),
+        Some(("False".into(), "GatewayAPIUnavailable".into()))
+    );
+    assert!(op.errors() == 0, "a missing API is no reconcile error");
     op.stop().await;
 }

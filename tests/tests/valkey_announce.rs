@@ -269,6 +269,7 @@ fn announce_settings(node_ports: Option<&[u16]>) -> Vec<Vec<(String, String)>> {
                         outdated: false,
                     })
                     .collect(),
+                gateway: None,
                 valkey: None,
             },
         ),

@@ -10,3 +10,9 @@ pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 /// Every node's external endpoint is known and announced.
 pub const EXTERNAL_ACCESS_READY: &str = "ExternalAccessReady";
+
+/// The reason `ExternalAccessReady` gives when the cluster asks for a
+/// gateway and the API server does not serve the Gateway API kinds it
+/// needs; the host then reports the cluster `Degraded` with it too, since
+/// no wait will fix it.
+pub const GATEWAY_API_UNAVAILABLE: &str = "GatewayAPIUnavailable";

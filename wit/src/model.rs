@@ -29,6 +29,10 @@ pub enum ServiceType {
     NodePort,
     #[cfg_attr(feature = "wasmtime", component(name = "load-balancer"))]
     LoadBalancer,
+    /// Only with a gateway: the Services are internal, the Gateway is the
+    /// way in.
+    #[cfg_attr(feature = "wasmtime", component(name = "cluster-ip"))]
+    ClusterIp,
 }
 
 /// `spec.externalAccess.externalTrafficPolicy` of the shard Services.
@@ -175,6 +179,26 @@ pub struct NodePorts {
     pub ports: Vec<Vec<u32>>,
 }
 
+/// `spec.externalAccess.gateway`: nodes are reached through a Gateway API
+/// Gateway in the cluster's namespace, one route per node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Gateway {
+    /// `gatewayRef.name`.
+    pub name: String,
+    /// `gatewayRef.sectionName`.
+    #[cfg_attr(feature = "wasmtime", component(name = "section-name"))]
+    pub section_name: Option<String>,
+    /// Node (s, n) is on listener port `base_port + s * (replicas + 1) + n`.
+    #[cfg_attr(feature = "wasmtime", component(name = "base-port"))]
+    pub base_port: u32,
+}
+
 /// `spec.externalAccess`: how nodes are reached from outside Kubernetes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -215,6 +239,8 @@ pub struct ExternalAccess {
     /// Set `external-dns.alpha.kubernetes.io/hostname` on each Service.
     #[cfg_attr(feature = "wasmtime", component(name = "external-dns"))]
     pub external_dns: bool,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub gateway: Option<Gateway>,
 }
 
 impl Default for ExternalAccess {
@@ -236,6 +262,7 @@ impl Default for ExternalAccess {
             load_balancer_class: None,
             allocate_load_balancer_node_ports: None,
             external_dns: false,
+            gateway: None,
         }
     }
 }
@@ -531,6 +558,71 @@ pub struct ObservedPod {
     pub outdated: bool,
 }
 
+/// A Gateway listener's protocol, as far as routes to Valkey care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
+#[repr(u8)]
+pub enum ListenerProtocol {
+    #[cfg_attr(feature = "wasmtime", component(name = "tcp"))]
+    Tcp,
+    #[cfg_attr(feature = "wasmtime", component(name = "tls"))]
+    Tls,
+    #[cfg_attr(feature = "wasmtime", component(name = "other"))]
+    Other,
+}
+
+/// One of a Gateway's `spec.listeners`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Listener {
+    pub name: String,
+    pub port: u32,
+    pub protocol: ListenerProtocol,
+}
+
+/// The Gateway a cluster's routes attach to, as it exists.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct ObservedGateway {
+    pub listeners: Vec<Listener>,
+    /// `status.addresses`.
+    pub addresses: Vec<Ingress>,
+}
+
+/// What the host found of the Gateway the spec names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(variant)
+)]
+pub enum GatewayFound {
+    /// The API server does not serve the route kind the cluster needs.
+    #[cfg_attr(feature = "wasmtime", component(name = "not-served"))]
+    NotServed,
+    /// No Gateway of that name.
+    #[cfg_attr(feature = "wasmtime", component(name = "missing"))]
+    Missing,
+    #[cfg_attr(feature = "wasmtime", component(name = "found"))]
+    Found(ObservedGateway),
+}
+
 /// What exists now; only objects this cluster owns are included.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -542,6 +634,9 @@ pub struct ObservedPod {
 pub struct Observed {
     pub services: Vec<ObservedService>,
     pub pods: Vec<ObservedPod>,
+    /// The Gateway, when the spec asks for one and the host looked.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub gateway: Option<GatewayFound>,
     pub valkey: Option<Vec<ValkeyNode>>,
 }
 
@@ -776,6 +871,52 @@ pub struct ShardService {
     pub allocate_load_balancer_node_ports: Option<bool>,
 }
 
+/// A route's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(enum)
+)]
+#[repr(u8)]
+pub enum RouteKind {
+    /// `TCPRoute`, for plaintext clusters.
+    #[cfg_attr(feature = "wasmtime", component(name = "tcp"))]
+    Tcp,
+    /// `TLSRoute` (TLS passthrough, routed by SNI), for TLS clusters.
+    #[cfg_attr(feature = "wasmtime", component(name = "tls"))]
+    Tls,
+}
+
+/// One node's Gateway API route: it attaches to the Gateway's listener on
+/// `port` and forwards to `service`'s port `service_port`, which reaches
+/// only that node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct Route {
+    pub shard: u32,
+    pub node: u32,
+    /// `shardgate-<cluster>-<shard>-<node>`.
+    pub name: String,
+    pub kind: RouteKind,
+    pub gateway: String,
+    #[cfg_attr(feature = "wasmtime", component(name = "section-name"))]
+    pub section_name: Option<String>,
+    /// The listener port, which the node announces.
+    pub port: u32,
+    /// TLS routes: the SNI name.
+    pub hostnames: Vec<String>,
+    pub service: String,
+    #[cfg_attr(feature = "wasmtime", component(name = "service-port"))]
+    pub service_port: u32,
+}
+
 /// The pod template shared by every node of the cluster.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -899,6 +1040,21 @@ pub struct Condition {
     pub message: String,
 }
 
+/// `status.gateway`: the Gateway the routes attach to and the listener
+/// ports it lacks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "wasmtime",
+    derive(ComponentType, Lift, Lower),
+    component(record)
+)]
+pub struct GatewayStatus {
+    pub name: String,
+    #[cfg_attr(feature = "wasmtime", component(name = "missing-listeners"))]
+    pub missing_listeners: Vec<u32>,
+}
+
 /// The ValkeyCluster's `status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -911,6 +1067,8 @@ pub struct Status {
     #[cfg_attr(feature = "wasmtime", component(name = "external-endpoints"))]
     pub external_endpoints: Option<Vec<ShardEndpoint>>,
     pub conditions: Vec<Condition>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub gateway: Option<GatewayStatus>,
 }
 
 /// Everything shardgate applies for one cluster: Services, nodes, status and
@@ -925,6 +1083,9 @@ pub struct Status {
 pub struct Desired {
     pub labels: Vec<Pair>,
     pub services: Vec<ShardService>,
+    /// One per node with a gateway.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub routes: Vec<Route>,
     pub workload: Workload,
     /// The cluster's ACL as Valkey's aclfile: one `user` line per user,
     /// system users included.

@@ -1,7 +1,9 @@
-//! Pinned NodePorts (`spec.externalAccess.nodePorts`): which port each node
-//! asks for. NodePorts are shared by the whole Kubernetes cluster, so the
-//! guest renders them and the host, which sees every ValkeyCluster, tells
-//! the guest which ports other clusters pin.
+//! Ports chosen by formula: pinned NodePorts
+//! (`spec.externalAccess.nodePorts`), which port each node asks for, and
+//! the Gateway listener port each node is reached on
+//! (`spec.externalAccess.gateway.basePort`). NodePorts are shared by the
+//! whole Kubernetes cluster, so the guest renders them and the host, which
+//! sees every ValkeyCluster, tells the guest which ports other clusters pin.
 
 use crate::model::NodePorts;
 
@@ -23,6 +25,18 @@ pub fn pinned(pins: &NodePorts, spec_nodes: u32, shard: u32, node: u32) -> Optio
     }
 }
 
+/// The Gateway listener port of node `node` of shard `shard`:
+/// `base + shard * spec_nodes + node`. A node past the spec (a departing
+/// replica) has none: its index would be the next shard's first node's.
+/// None past 65535.
+pub fn gateway_port(base: u32, spec_nodes: u32, shard: u32, node: u32) -> Option<u32> {
+    if node >= spec_nodes {
+        return None;
+    }
+    base.checked_add(shard.checked_mul(spec_nodes)?.checked_add(node)?)
+        .filter(|p| *p <= u32::from(u16::MAX))
+}
+
 /// Every pin of a `shards` x `spec_nodes` cluster, as `(shard, node, port)`
 /// in shard and node order.
 pub fn every_pin(pins: &NodePorts, shards: u32, spec_nodes: u32) -> Vec<(u32, u32, u32)> {
@@ -35,6 +49,28 @@ pub fn every_pin(pins: &NodePorts, shards: u32, spec_nodes: u32) -> Vec<(u32, u3
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gateway_ports_follow_the_base_formula_within_the_spec() {
+        // (base, spec nodes, shard, node) => port
+        for (base, nodes, shard, node, want) in [
+            (7000, 2, 0, 0, Some(7000)),
+            (7000, 2, 0, 1, Some(7001)),
+            (7000, 2, 1, 0, Some(7002)),
+            (7000, 3, 2, 2, Some(7008)),
+            (7000, 2, 0, 2, None),       // a departing replica
+            (7000, 2, 5, 1, Some(7011)), // a departing shard: past the others
+            (65535, 1, 0, 0, Some(65535)),
+            (65535, 1, 1, 0, None),
+            (u32::MAX, 1, 1, 0, None),
+        ] {
+            assert_eq!(
+                gateway_port(base, nodes, shard, node),
+                want,
+                "{base} {nodes} ({shard}, {node})"
+            );
+        }
+    }
 
     #[test]
     fn every_pin_lists_the_base_formula_or_the_list() {

@@ -67,7 +67,7 @@ impl Snapshot {
                 tls: None,
                 external_access: Some(ExternalAccessSpec {
                     enabled: true,
-                    service_type: ServiceType::NodePort,
+                    service_type: Some(ServiceType::NodePort),
                     external_traffic_policy: TrafficPolicy::Cluster,
                     service_annotations: BTreeMap::new(),
                     hostname_prefix: names::DEFAULT_HOSTNAME_PREFIX.into(),

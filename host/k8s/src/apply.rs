@@ -14,11 +14,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
-use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use crate::cache::{Cache, Entry};
@@ -73,8 +73,8 @@ impl Recent {
     /// if it still exists, costs one more no-op apply to be accepted again.
     pub const ACCEPTED_MAX: usize = 4096;
 
-    pub(crate) fn key<K: Resource<DynamicType = ()>>(namespace: &str, name: &str) -> String {
-        format!("{}/{namespace}/{name}", K::plural(&()))
+    pub(crate) fn key(resource: &ApiResource, namespace: &str, name: &str) -> String {
+        format!("{}/{namespace}/{name}", resource.plural)
     }
 
     /// True if `hash` was applied to this object within the TTL.
@@ -159,28 +159,39 @@ pub async fn apply<K, C>(
     desired: &K,
 ) -> kube::Result<Applied>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize,
     C: Entry,
 {
-    let name = desired.name_any();
-    let namespace = desired.namespace().unwrap_or_default();
-    let mut body = serde_json::to_value(desired).expect("k8s objects serialize");
-    body["apiVersion"] = K::api_version(&()).into();
-    body["kind"] = K::kind(&()).into();
+    let body = serde_json::to_value(desired).expect("k8s objects serialize");
+    apply_value(client, store, recent, &ApiResource::erase::<K>(&()), body).await
+}
+
+/// [`apply`] for an object of a kind known only at run time (the Gateway
+/// API's routes): `body` is the object as JSON; its `apiVersion` and
+/// `kind` are `resource`'s.
+pub async fn apply_value<C: Entry>(
+    client: &kube::Client,
+    store: &Cache<C>,
+    recent: &Recent,
+    resource: &ApiResource,
+    mut body: Value,
+) -> kube::Result<Applied> {
+    let meta = &body["metadata"];
+    let name = meta["name"].as_str().unwrap_or_default().to_string();
+    let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
+    let owner = controller_uid_of(&meta["ownerReferences"]);
+    body["apiVersion"] = resource.api_version.clone().into();
+    body["kind"] = resource.kind.clone().into();
     let hash = hash(&body);
     body["metadata"]["annotations"][APPLIED_HASH] = hash.clone().into();
 
     let live = store.get(&namespace, &name);
-    let key = Recent::key::<K>(&namespace, &name);
-    let owner = controller_uid(desired.owner_references());
+    let key = Recent::key(resource, &namespace, &name);
     match &live {
         Some(live) if live.controller_uid() != owner.as_deref() => return Ok(Applied::Conflict),
         None if !recent.applied(&key) => {
-            let api: Api<K> = Api::namespaced(client.clone(), &namespace);
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &namespace, resource);
             if let Some(existing) = api.get_opt(&name).await?
                 && controller_uid(existing.owner_references()) != owner
             {
@@ -214,7 +225,7 @@ where
     } else if recent.pending(&key, &hash) {
         return Ok(Applied::Unchanged);
     }
-    let request = kube::core::Request::new(K::url_path(&(), Some(&namespace)))
+    let request = kube::core::Request::new(DynamicObject::url_path(resource, Some(&namespace)))
         .patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -247,6 +258,15 @@ where
     } else {
         Applied::Created
     })
+}
+
+/// The UID in the JSON owner references marked `controller`.
+fn controller_uid_of(refs: &Value) -> Option<String> {
+    refs.as_array()?
+        .iter()
+        .find(|r| r["controller"] == Value::Bool(true))
+        .and_then(|r| r["uid"].as_str())
+        .map(String::from)
 }
 
 /// The UID in the owner reference marked `controller`.

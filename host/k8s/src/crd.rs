@@ -319,8 +319,10 @@ pub struct TlsSpec {
 pub struct ExternalAccessSpec {
     #[serde(default)]
     pub enabled: bool,
-    #[serde(default)]
-    pub service_type: ServiceType,
+    /// How the Services are exposed. Default: `NodePort`, or `ClusterIP`
+    /// with a gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_type: Option<ServiceType>,
     #[serde(default)]
     pub external_traffic_policy: TrafficPolicy,
     /// Annotations for every shard Service (e.g. for a cloud load
@@ -383,6 +385,48 @@ pub struct ExternalAccessSpec {
     /// the hostnames it serves (needs `domain`).
     #[serde(default, rename = "externalDNS")]
     pub external_dns: bool,
+    /// Reach every node through a Gateway API Gateway instead (one
+    /// TCPRoute per node; a TLSRoute, routed by SNI, for a TLS cluster):
+    /// node (s, n) is announced at the Gateway's address on port
+    /// `basePort + s*(replicas+1) + n`, which must be one of its listeners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<GatewaySpec>,
+}
+
+impl ExternalAccessSpec {
+    /// `serviceType`, defaulted: `ClusterIP` with a gateway, else `NodePort`.
+    pub fn service_type(&self) -> ServiceType {
+        self.service_type.unwrap_or(match self.gateway {
+            Some(_) => ServiceType::ClusterIp,
+            None => ServiceType::NodePort,
+        })
+    }
+}
+
+/// `spec.externalAccess.gateway`, in upstream valkey-operator's shape.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewaySpec {
+    /// The Gateway, in the cluster's namespace; it is yours, with a
+    /// listener per node (TCP, or TLS passthrough for a TLS cluster).
+    pub gateway_ref: GatewayRef,
+    /// Node (s, n)'s listener port is `basePort + s*(replicas+1) + n`.
+    #[schemars(range(min = 1, max = 65535))]
+    pub base_port: i32,
+}
+
+/// The Gateway every route of the cluster attaches to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// One listener of the Gateway. A listener has one port, so only a
+    /// one-node cluster can use it; otherwise leave it unset and each
+    /// route attaches to the listener on its node's port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub section_name: Option<String>,
 }
 
 /// `spec.externalAccess.nodePorts`.
@@ -429,7 +473,7 @@ impl Default for ExternalAccessSpec {
     fn default() -> Self {
         ExternalAccessSpec {
             enabled: false,
-            service_type: ServiceType::default(),
+            service_type: None,
             external_traffic_policy: TrafficPolicy::default(),
             service_annotations: BTreeMap::new(),
             hostname_prefix: default_hostname_prefix(),
@@ -444,6 +488,7 @@ impl Default for ExternalAccessSpec {
             load_balancer_class: None,
             allocate_load_balancer_node_ports: None,
             external_dns: false,
+            gateway: None,
         }
     }
 }
@@ -460,12 +505,15 @@ fn default_hostname_prefix() -> String {
 }
 
 /// How the shard Services are exposed: a NodePort on every Kubernetes node,
-/// or a cloud load balancer per shard.
+/// a cloud load balancer per shard, or (only with a gateway, which is then
+/// the way in) not at all.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum ServiceType {
     #[default]
     NodePort,
     LoadBalancer,
+    #[serde(rename = "ClusterIP")]
+    ClusterIp,
 }
 
 /// The shard Services' `externalTrafficPolicy`. `Local` keeps the client's
@@ -511,6 +559,21 @@ pub struct ValkeyClusterStatus {
     /// Shards whose every node is ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_shards: Option<i32>,
+    /// With a gateway: the Gateway and the listener ports it lacks (the
+    /// nodes behind them are not announced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<GatewayStatus>,
+}
+
+/// `status.gateway`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayStatus {
+    #[serde(default)]
+    pub name: String,
+    /// Listener ports the routes need and the Gateway does not have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_listeners: Vec<i32>,
 }
 
 /// `status.state`.

@@ -13,6 +13,7 @@ pub mod convert;
 pub mod crd;
 pub mod credentials;
 pub mod events;
+pub mod gateway_api;
 pub mod manager;
 pub mod manifest;
 pub mod node_addresses;

@@ -4,9 +4,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kube::Resource;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject};
 use kube::core::NamespaceResourceScope;
-use serde::de::DeserializeOwned;
 use shardgate_contract::labels;
 
 use crate::apply::Recent;
@@ -23,13 +22,23 @@ pub async fn prune<K, C: Entry>(
     keep: &BTreeSet<String>,
 ) -> kube::Result<Vec<String>>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
 {
+    let resource = ApiResource::erase::<K>(&());
+    prune_resource(client, recent, &resource, owned, namespace, keep).await
+}
+
+/// [`prune`] for a kind known only at run time (the Gateway API's routes).
+pub async fn prune_resource<C: Entry>(
+    client: &kube::Client,
+    recent: &Recent,
+    resource: &ApiResource,
+    owned: &[Arc<C>],
+    namespace: &str,
+    keep: &BTreeSet<String>,
+) -> kube::Result<Vec<String>> {
     let doomed = owned.iter().filter(|o| !keep.contains(o.name()));
-    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
     let mut deleted = Vec::new();
     for o in doomed {
         let name = o.name().to_string();
@@ -45,7 +54,7 @@ where
             Err(kube::Error::Api(e)) if e.code == 404 => false,
             Err(e) => return Err(e),
         };
-        recent.forget(&Recent::key::<K>(namespace, &name));
+        recent.forget(&Recent::key(resource, namespace, &name));
         if deleted_now {
             deleted.push(name);
         }

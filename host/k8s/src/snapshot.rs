@@ -11,10 +11,11 @@ use shardgate_contract::model::{self as m, Input, NodeRef};
 
 use crate::cache::entry::LABEL_REVISION;
 use crate::cache::{
-    Cache, CachedConfigMap, CachedDisruptionBudget, CachedPod, CachedService, CachedStatefulSet,
-    Entry,
+    Cache, CachedConfigMap, CachedDisruptionBudget, CachedPod, CachedRoute, CachedService,
+    CachedStatefulSet, Entry,
 };
 use crate::convert::{self, Labelled, PodView};
+use crate::gateway_api::{GatewayApi, Gateways};
 use crate::node_addresses::NodeAddresses;
 use crate::prune::owned_by;
 
@@ -26,8 +27,15 @@ pub struct Caches {
     pub stateful_sets: Cache<CachedStatefulSet>,
     pub pods: Cache<CachedPod>,
     pub disruption_budgets: Cache<CachedDisruptionBudget>,
+    /// The Gateway API routes, when served (else empty and ready).
+    pub tcp_routes: Cache<CachedRoute>,
+    pub tls_routes: Cache<CachedRoute>,
     /// Not owned: every Kubernetes node's ExternalIP.
     pub node_addresses: NodeAddresses,
+    /// Not owned: the Gateways clusters name, when served.
+    pub gateways: Gateways,
+    /// Which Gateway API kinds the API server serves (found at start).
+    pub gateway_api: GatewayApi,
 }
 
 impl Caches {
@@ -40,7 +48,40 @@ impl Caches {
             && self.stateful_sets.is_ready()
             && self.pods.is_ready()
             && self.disruption_budgets.is_ready()
+            && self.tcp_routes.is_ready()
+            && self.tls_routes.is_ready()
             && self.node_addresses.is_ready()
+            && self.gateways.is_ready()
+    }
+
+    /// Caches of kinds the API server does not serve: empty, and ready
+    /// with nothing to list.
+    pub fn without_gateway_api(mut self) -> Self {
+        self.tcp_routes = Cache::unserved();
+        self.tls_routes = Cache::unserved();
+        self.gateways = Gateways::unserved();
+        self.gateway_api = GatewayApi::default();
+        self
+    }
+
+    /// What the guest is told of the Gateway `spec` names: none without
+    /// one, else whether the API serves what it needs and the Gateway as
+    /// it is.
+    pub fn gateway(&self, spec: &m::Cluster) -> Option<m::GatewayFound> {
+        let gateway = spec.external_access.as_ref()?.gateway.as_ref()?;
+        let kind = if spec.tls.is_some() {
+            m::RouteKind::Tls
+        } else {
+            m::RouteKind::Tcp
+        };
+        Some(if !self.gateway_api.serves(kind) {
+            m::GatewayFound::NotServed
+        } else {
+            match self.gateways.get(&spec.namespace, &gateway.name) {
+                Some(g) => m::GatewayFound::Found(g),
+                None => m::GatewayFound::Missing,
+            }
+        })
     }
 }
 
@@ -82,13 +123,19 @@ pub struct Snapshot {
     pub config_maps: Vec<Arc<CachedConfigMap>>,
     pub stateful_sets: Vec<Arc<CachedStatefulSet>>,
     pub disruption_budgets: Vec<Arc<CachedDisruptionBudget>>,
+    pub tcp_routes: Vec<Arc<CachedRoute>>,
+    pub tls_routes: Vec<Arc<CachedRoute>>,
     /// Each owned Pod that names its node, projected once, in index order.
     pub nodes: Vec<ObservedNode>,
+    /// The Gateway the spec names, as the guest is told of it.
+    pub gateway: Option<m::GatewayFound>,
 }
 
 impl Snapshot {
-    /// Reads what `cluster` (with `uid`) owns in `namespace` from `caches`.
-    pub fn of(caches: &Caches, namespace: &str, cluster: &str, uid: &str) -> Self {
+    /// Reads what `cluster` (with `uid`) owns in `namespace` from `caches`,
+    /// and the Gateway `spec` names.
+    pub fn of(caches: &Caches, spec: &m::Cluster, uid: &str) -> Self {
+        let (namespace, cluster) = (spec.namespace.as_str(), spec.name.as_str());
         fn owned<K: Entry>(objects: Vec<Arc<K>>, cluster: &str, uid: &str) -> Vec<Arc<K>> {
             objects
                 .into_iter()
@@ -113,8 +160,11 @@ impl Snapshot {
                 cluster,
                 uid,
             ),
+            tcp_routes: owned(caches.tcp_routes.labelled(namespace, cluster), cluster, uid),
+            tls_routes: owned(caches.tls_routes.labelled(namespace, cluster), cluster, uid),
             nodes: project(cluster, &stateful_sets, &pods, &caches.node_addresses),
             stateful_sets,
+            gateway: caches.gateway(spec),
         }
     }
 
@@ -131,6 +181,7 @@ impl Snapshot {
             observed: m::Observed {
                 services,
                 pods: self.nodes.iter().map(ObservedNode::observed_pod).collect(),
+                gateway: self.gateway.clone(),
                 valkey: None,
             },
             cluster: spec,

@@ -7,10 +7,14 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use shardgate_contract::conditions::{DEGRADED, EXTERNAL_ACCESS_READY, PROGRESSING, READY};
+use shardgate_contract::conditions::{
+    DEGRADED, EXTERNAL_ACCESS_READY, GATEWAY_API_UNAVAILABLE, PROGRESSING, READY,
+};
 use shardgate_contract::model as m;
 
-use crate::crd::{ClusterState, NodeEndpointStatus, ShardEndpointStatus, ValkeyClusterStatus};
+use crate::crd::{
+    ClusterState, GatewayStatus, NodeEndpointStatus, ShardEndpointStatus, ValkeyClusterStatus,
+};
 
 /// What a reconcile saw and did, beyond the guest's answer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -118,15 +122,18 @@ pub fn compute(
         ),
         Outcome::Reconciled { guest, progress } => {
             let (ready, progressing) = verdicts(guest, progress);
-            let degraded = if progress.conflicts.is_empty() {
-                condition(DEGRADED, "False", "AsExpected", "")
-            } else {
+            let unserved = gateway_unserved(guest);
+            let degraded = if !progress.conflicts.is_empty() {
                 condition(
                     DEGRADED,
                     "True",
                     "NameConflict",
                     &name_conflict(&progress.conflicts),
                 )
+            } else if let Some(c) = unserved {
+                condition(DEGRADED, "True", GATEWAY_API_UNAVAILABLE, &c.message)
+            } else {
+                condition(DEGRADED, "False", "AsExpected", "")
             };
             let mut wanted = vec![
                 condition(READY, ready.0, ready.1, &ready.2),
@@ -148,6 +155,14 @@ pub fn compute(
                 state: previous.state,
                 shards: Some(progress.shards as i32),
                 ready_shards: Some(progress.ready_shards as i32),
+                gateway: guest.gateway.as_ref().map(|g| GatewayStatus {
+                    name: g.name.clone(),
+                    missing_listeners: g
+                        .missing_listeners
+                        .iter()
+                        .map(|&p| i32::try_from(p).unwrap_or(i32::MAX))
+                        .collect(),
+                }),
             };
             (status, wanted)
         }
@@ -180,7 +195,9 @@ pub fn state(outcome: &Outcome<'_>, previous: Option<ClusterState>, ready: bool)
     match outcome {
         Outcome::Refused { .. } => ClusterState::Failed,
         Outcome::Failed { .. } => ClusterState::Degraded,
-        Outcome::Reconciled { progress, .. } if !progress.conflicts.is_empty() => {
+        Outcome::Reconciled { guest, progress }
+            if !progress.conflicts.is_empty() || gateway_unserved(guest).is_some() =>
+        {
             ClusterState::Degraded
         }
         Outcome::Reconciled { .. } if ready => ClusterState::Ready,
@@ -189,6 +206,16 @@ pub fn state(outcome: &Outcome<'_>, previous: Option<ClusterState>, ready: bool)
             Some(_) => ClusterState::Reconciling,
         },
     }
+}
+
+/// The guest's `ExternalAccessReady` when it says the cluster needs Gateway
+/// API kinds the API server does not serve: no wait fixes that, so the
+/// cluster is degraded.
+fn gateway_unserved(guest: &m::Status) -> Option<&m::Condition> {
+    guest
+        .conditions
+        .iter()
+        .find(|c| c.type_ == EXTERNAL_ACCESS_READY && c.reason == GATEWAY_API_UNAVAILABLE)
 }
 
 /// How many of the spec's `shards` have every node of `wanted` ready.
@@ -361,6 +388,7 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
+            gateway: None,
         }
     }
 
@@ -416,6 +444,34 @@ mod tests {
         for (i, (outcome, previous, ready, want)) in cases.into_iter().enumerate() {
             assert_eq!(state(outcome, previous, ready), want, "case {i}");
         }
+    }
+
+    #[test]
+    fn a_gateway_the_api_cannot_serve_degrades_the_cluster_and_missing_listeners_are_told() {
+        let mut g = guest(Some(m::ConditionStatus::False));
+        g.conditions[0].reason = GATEWAY_API_UNAVAILABLE.into();
+        g.conditions[0].message = "install the Gateway API CRDs".into();
+        g.gateway = Some(m::GatewayStatus {
+            name: "gw".into(),
+            missing_listeners: vec![7001, 7003],
+        });
+        let s = compute_reconciled(&g, progress(0, 6, Some(true), false));
+        assert_eq!(get(&s, DEGRADED), ("True", GATEWAY_API_UNAVAILABLE));
+        let degraded = s.conditions.iter().find(|c| c.type_ == DEGRADED).unwrap();
+        assert_eq!(degraded.message, "install the Gateway API CRDs");
+        assert_eq!(s.state, Some(ClusterState::Degraded));
+        assert_eq!(
+            s.gateway,
+            Some(GatewayStatus {
+                name: "gw".into(),
+                missing_listeners: vec![7001, 7003],
+            })
+        );
+        // Any other reason (a missing listener, say) is waited for.
+        g.conditions[0].reason = "GatewayListenersMissing".into();
+        let s = compute_reconciled(&g, progress(0, 6, Some(true), false));
+        assert_eq!(get(&s, DEGRADED), ("False", "AsExpected"));
+        assert_ne!(s.state, Some(ClusterState::Degraded));
     }
 
     #[test]

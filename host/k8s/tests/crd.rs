@@ -31,7 +31,7 @@ fn cluster(
 fn ea(enabled: bool, pref: EndpointType, domain: Option<&str>) -> ExternalAccessSpec {
     ExternalAccessSpec {
         enabled,
-        service_type: ServiceType::NodePort,
+        service_type: Some(ServiceType::NodePort),
         external_traffic_policy: TrafficPolicy::Cluster,
         service_annotations: Default::default(),
         hostname_prefix: "shard".into(),

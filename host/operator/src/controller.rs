@@ -10,13 +10,14 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::Api;
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use shardgate_contract::labels::{self, MANAGED_SELECTOR};
 use shardgate_k8s::cache::{self, Entry, entry as cached};
 use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_k8s::gateway_api::{GatewayApi, Gateways};
 use shardgate_k8s::node_addresses::NodeAddresses;
 use shardgate_k8s::snapshot::Caches;
 use shardgate_wasm::swap::ModuleManager;
@@ -69,6 +70,24 @@ pub(crate) async fn controller(
         cached::disruption_budget,
     );
 
+    // The Gateway API, if served: the routes the clusters own, and the
+    // Gateways they name (a change re-reconciles the clusters naming it).
+    let gateway_api = discover_gateway_api(&client).await;
+    info!(
+        gateways = gateway_api.gateways.is_some(),
+        tcp_routes = gateway_api.tcp_routes.is_some(),
+        tls_routes = gateway_api.tls_routes.is_some(),
+        "Gateway API kinds served"
+    );
+    let (tcp_routes, tcp_route_stream) =
+        route_watch(&client, ns, &managed, gateway_api.tcp_routes.as_ref());
+    let (tls_routes, tls_route_stream) =
+        route_watch(&client, ns, &managed, gateway_api.tls_routes.as_ref());
+    let gateways = match &gateway_api.gateways {
+        Some(_) => Gateways::default(),
+        None => Gateways::unserved(),
+    };
+
     // Every Kubernetes node's ExternalIP (nodeAddressType: ExternalIP). A
     // changed address re-reconciles every cluster; heartbeats do not.
     let node_addresses = NodeAddresses::default();
@@ -114,6 +133,13 @@ pub(crate) async fn controller(
     .modify(|vc| vc.metadata.managed_fields = None)
     .reflect(cluster_writer)
     .applied_objects();
+    let gateway_stream = gateway_stream(
+        &client,
+        ns,
+        gateway_api.gateways.as_ref(),
+        gateways.clone(),
+        clusters.clone(),
+    );
     let controller = Controller::for_stream(cluster_stream, clusters).with_config(
         kube::runtime::controller::Config::default()
             .concurrency(concurrency)
@@ -125,7 +151,11 @@ pub(crate) async fn controller(
         stateful_sets: stateful_sets.clone(),
         pods: pods.clone(),
         disruption_budgets: disruption_budgets.clone(),
+        tcp_routes: tcp_routes.clone(),
+        tls_routes: tls_routes.clone(),
         node_addresses: node_addresses.clone(),
+        gateways: gateways.clone(),
+        gateway_api: gateway_api.clone(),
     };
     let ctx = Arc::new(
         Context::new(
@@ -150,7 +180,10 @@ pub(crate) async fn controller(
                 stateful_sets.wait_until_ready(),
                 pods.wait_until_ready(),
                 disruption_budgets.wait_until_ready(),
-                node_addresses.wait_until_ready()
+                tcp_routes.wait_until_ready(),
+                tls_routes.wait_until_ready(),
+                node_addresses.wait_until_ready(),
+                gateways.wait_until_ready()
             );
             health.ready.store(true, Ordering::Relaxed);
         }
@@ -202,6 +235,9 @@ pub(crate) async fn controller(
         .watches_stream(stateful_set_stream, trigger)
         .watches_stream(pod_stream, trigger)
         .watches_stream(disruption_budget_stream, trigger)
+        .watches_stream(tcp_route_stream, trigger)
+        .watches_stream(tls_route_stream, trigger)
+        .watches_stream(gateway_stream, trigger)
         .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
@@ -215,6 +251,95 @@ pub(crate) async fn controller(
     node_watch.abort();
     info!("controller stopped");
     Ok(())
+}
+
+/// Which Gateway API kinds the API server serves, asked until it answers
+/// (nothing can be reconciled before it does).
+async fn discover_gateway_api(client: &kube::Client) -> GatewayApi {
+    let mut wait = std::time::Duration::from_millis(500);
+    loop {
+        match GatewayApi::discover(client).await {
+            Ok(api) => return api,
+            Err(e) => {
+                warn!(error = %e, "Gateway API discovery failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// The watch of one Gateway API route kind the clusters own, into its
+/// cache, if the kind is served; else an empty, ready cache and no events.
+fn route_watch(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    config: &watcher::Config,
+    resource: Option<&ApiResource>,
+) -> (
+    cache::Cache<cached::CachedRoute>,
+    futures::stream::BoxStream<'static, Result<Trigger, watcher::Error>>,
+) {
+    let Some(resource) = resource else {
+        return (cache::Cache::unserved(), futures::stream::empty().boxed());
+    };
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    };
+    let (store, stream) = cached_watch(api, config, cached::route);
+    (store, stream.boxed())
+}
+
+/// The watch of the Gateways, if served, into `gateways`: each change to
+/// what the guest reads of one triggers every cluster of its namespace
+/// that names it.
+fn gateway_stream(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    resource: Option<&ApiResource>,
+    gateways: Gateways,
+    clusters: reflector::Store<ValkeyCluster>,
+) -> futures::stream::BoxStream<'static, Result<Trigger, watcher::Error>> {
+    let Some(resource) = resource else {
+        return futures::stream::empty().boxed();
+    };
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    };
+    watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .map_ok(move |event| {
+            let changed = gateways.apply(event);
+            let state = clusters.state();
+            let naming: Vec<Trigger> = changed
+                .iter()
+                .flat_map(|(ns, name)| naming_gateway(state.iter().map(|c| c.as_ref()), ns, name))
+                .collect();
+            futures::stream::iter(naming.into_iter().map(Ok))
+        })
+        .try_flatten()
+        .boxed()
+}
+
+/// The clusters of `namespace` whose spec names the Gateway `name`.
+fn naming_gateway<'a>(
+    clusters: impl Iterator<Item = &'a ValkeyCluster>,
+    namespace: &str,
+    name: &str,
+) -> Vec<Trigger> {
+    clusters
+        .filter(|c| c.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|c| {
+            c.spec
+                .external_access
+                .as_ref()
+                .and_then(|ea| ea.gateway.as_ref())
+                .is_some_and(|g| g.gateway_ref.name == name)
+        })
+        .filter_map(|c| Some(trigger_for(c.metadata.name.as_deref()?, namespace)))
+        .collect()
 }
 
 /// How often the series of deleted clusters are removed from the metrics.
@@ -233,15 +358,20 @@ fn cluster_to_reconcile(o: &impl Entry) -> Option<Trigger> {
     let cluster = o
         .controller_cluster()
         .or_else(|| o.label(labels::CLUSTER))?;
-    Some(PartialObjectMeta {
+    Some(trigger_for(cluster, o.namespace()))
+}
+
+/// The trigger of cluster `name` in `namespace`.
+fn trigger_for(name: &str, namespace: &str) -> Trigger {
+    PartialObjectMeta {
         types: None,
         metadata: kube::api::ObjectMeta {
-            name: Some(cluster.to_string()),
-            namespace: Some(o.namespace().to_string()),
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
             ..Default::default()
         },
         _phantom: std::marker::PhantomData,
-    })
+    }
 }
 
 /// The controller's reference to a [`Trigger`]'s cluster.
@@ -270,12 +400,7 @@ fn cached_watch<K, C>(
     impl futures::Stream<Item = Result<Trigger, watcher::Error>> + Send + 'static,
 )
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     C: Entry,
 {
     let store = cache::Cache::default();

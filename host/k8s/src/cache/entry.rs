@@ -22,7 +22,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, LoadBalancerIngress, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
-use kube::api::ObjectMeta;
+use kube::api::{DynamicObject, ObjectMeta};
 use serde::Serialize;
 use serde_json::Value;
 use shardgate_contract::labels;
@@ -210,6 +210,8 @@ pub type CachedService = Slim<Service, ServiceState>;
 pub type CachedConfigMap = Slim<ConfigMap, ()>;
 /// A cached PodDisruptionBudget: its marks.
 pub type CachedDisruptionBudget = Slim<PodDisruptionBudget, ()>;
+/// A cached Gateway API route (TCPRoute or TLSRoute): its marks.
+pub type CachedRoute = Slim<DynamicObject, ()>;
 
 /// What a reconcile reads of a Pod's status. (A `PodStatus` is 616 bytes
 /// before any of its heap data.)
@@ -374,6 +376,12 @@ pub fn config_map(cm: ConfigMap) -> CachedConfigMap {
 /// by digest only.
 pub fn disruption_budget(pdb: PodDisruptionBudget) -> CachedDisruptionBudget {
     slim(pdb, true, true, |_| None)
+}
+
+/// A Gateway API route as the cache keeps it: like a ConfigMap, compared
+/// by digest only.
+pub fn route(route: DynamicObject) -> CachedRoute {
+    slim(route, true, true, |_| None)
 }
 
 /// A Pod as the cache keeps it: of its status the host IP, the pod IP and

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 pub mod entry;
 
 pub use entry::{
-    CachedConfigMap, CachedDisruptionBudget, CachedPod, CachedPort, CachedService,
+    CachedConfigMap, CachedDisruptionBudget, CachedPod, CachedPort, CachedRoute, CachedService,
     CachedStatefulSet, Entry, PodState, ServiceState, Slim, StatefulSetState,
 };
 
@@ -139,6 +139,14 @@ impl<E: Entry> Objects<E> {
 }
 
 impl<E: Entry> Cache<E> {
+    /// The cache of a kind the API server does not serve: empty, and
+    /// ready (there is nothing to list).
+    pub fn unserved() -> Self {
+        let cache = Cache::default();
+        cache.ready.send_replace(true);
+        cache
+    }
+
     /// Follows one watch event, consuming it. Returns the entry it touched
     /// (applied, deleted or re-listed), to trigger reconciles from.
     pub fn apply(&self, event: watcher::Event<E>) -> Option<Arc<E>> {

@@ -36,9 +36,10 @@ pub fn cluster(vc: &ValkeyCluster) -> m::Cluster {
         tls: spec.tls.as_ref().map(|t| t.secret_name.clone()),
         external_access: spec.external_access.as_ref().map(|ea| m::ExternalAccess {
             enabled: ea.enabled,
-            service_type: match ea.service_type {
+            service_type: match ea.service_type() {
                 ServiceType::NodePort => m::ServiceType::NodePort,
                 ServiceType::LoadBalancer => m::ServiceType::LoadBalancer,
+                ServiceType::ClusterIp => m::ServiceType::ClusterIp,
             },
             external_traffic_policy: match ea.external_traffic_policy {
                 TrafficPolicy::Cluster => m::TrafficPolicy::Cluster,
@@ -72,6 +73,12 @@ pub fn cluster(vc: &ValkeyCluster) -> m::Cluster {
             load_balancer_class: ea.load_balancer_class.clone(),
             allocate_load_balancer_node_ports: ea.allocate_load_balancer_node_ports,
             external_dns: ea.external_dns,
+            // A negative base port crosses as 0, which validation refuses.
+            gateway: ea.gateway.as_ref().map(|g| m::Gateway {
+                name: g.gateway_ref.name.clone(),
+                section_name: g.gateway_ref.section_name.clone(),
+                base_port: u32::try_from(g.base_port).unwrap_or(0),
+            }),
         }),
         users: spec.users.iter().map(user).collect(),
         config: spec
@@ -225,6 +232,7 @@ pub fn input<'a, S: ServiceView + 'a, P: PodView + 'a>(
                 .into_iter()
                 .filter_map(|p| observed_pod(&name, p))
                 .collect(),
+            gateway: None,
             valkey: None,
         },
         other_clusters,

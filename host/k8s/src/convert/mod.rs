@@ -11,5 +11,5 @@ pub use input::{
     Labelled, PodView, ServiceView, cluster, input, observed_pod, observed_service, parse_ip,
     pinned_elsewhere,
 };
-pub use objects::{CONFIG_KEY, NodeObjects, Objects, objects, typed_json};
+pub use objects::{CONFIG_KEY, NodeObjects, Objects, RouteObject, objects, typed_json};
 pub use workload::{BUS_PORT_NAME, SERVER_CONTAINER};

@@ -11,12 +11,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{ApiResource, DynamicObject};
 use kube::{Resource, ResourceExt};
 use shardgate_contract::model::{self as m, Desired};
 use shardgate_contract::{labels, names};
 
 use super::workload::{self, BUS_PORT_NAME};
 use crate::crd::{SchedulingSpec, ValkeyCluster};
+use crate::gateway_api::{self, GatewayApi};
 
 /// The ConfigMap key holding `valkey.conf`.
 pub const CONFIG_KEY: &str = "valkey.conf";
@@ -26,8 +28,30 @@ pub const CONFIG_KEY: &str = "valkey.conf";
 pub struct Objects {
     pub shard_services: Vec<Service>,
     pub nodes: Vec<NodeObjects>,
-    /// The cluster's PodDisruptionBudget, applied last.
+    /// The cluster's PodDisruptionBudget.
     pub disruption_budget: Option<PodDisruptionBudget>,
+    /// Each node's Gateway API route, applied last (after the Services
+    /// they forward to).
+    pub routes: Vec<RouteObject>,
+}
+
+/// A node's Gateway API route: its metadata and the guest's record. The
+/// version of its kind is the API server's, known when it is applied
+/// ([`RouteObject::object`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteObject {
+    pub route: m::Route,
+    pub metadata: ObjectMeta,
+}
+
+impl RouteObject {
+    /// The object to apply, at the version `api` serves its kind; none
+    /// when the kind is not served.
+    pub fn object(&self, api: &GatewayApi) -> Option<(ApiResource, DynamicObject)> {
+        let resource = api.route(self.route.kind)?;
+        let object = gateway_api::route_object(&self.route, self.metadata.clone(), resource);
+        Some((resource.clone(), object))
+    }
 }
 
 /// The objects of one node, all named `shardgate-<cluster>-<shard>-<node>`.
@@ -53,6 +77,12 @@ impl Objects {
         }
         if let Some(pdb) = &self.disruption_budget {
             out.push(typed_json(pdb));
+        }
+        let api = GatewayApi::assumed();
+        for r in &self.routes {
+            if let Some((_, object)) = r.object(&api) {
+                out.push(serde_json::to_value(object).expect("objects serialize"));
+            }
         }
         out
     }
@@ -85,6 +115,14 @@ pub fn objects(vc: &ValkeyCluster, desired: &Desired) -> Objects {
         disruption_budget: desired
             .disruption_budget
             .map(|max| disruption_budget(&owned, max)),
+        routes: desired
+            .routes
+            .iter()
+            .map(|r| RouteObject {
+                route: r.clone(),
+                metadata: owned.meta(&r.name, owned.labels(r.shard, Some(r.node))),
+            })
+            .collect(),
     }
 }
 
@@ -195,16 +233,18 @@ fn shard_service(owned: &Owned, s: &m::ShardService) -> Service {
                 match s.service_type {
                     m::ServiceType::NodePort => "NodePort",
                     m::ServiceType::LoadBalancer => "LoadBalancer",
+                    m::ServiceType::ClusterIp => "ClusterIP",
                 }
                 .into(),
             ),
-            external_traffic_policy: Some(
+            // The API server refuses a traffic policy on a ClusterIP Service.
+            external_traffic_policy: (s.service_type != m::ServiceType::ClusterIp).then(|| {
                 match s.external_traffic_policy {
                     m::TrafficPolicy::Cluster => "Cluster",
                     m::TrafficPolicy::Local => "Local",
                 }
-                .into(),
-            ),
+                .into()
+            }),
             selector: Some(owned.selector(s.shard, s.node)),
             ports: Some(ports),
             load_balancer_source_ranges: (!s.load_balancer_source_ranges.is_empty())

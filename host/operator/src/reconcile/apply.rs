@@ -9,6 +9,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use shardgate_contract::conditions;
+use shardgate_contract::model::RouteKind;
 use shardgate_k8s::apply::{self, Applied};
 use shardgate_k8s::cache::{Cache, Entry};
 use shardgate_k8s::convert::Objects;
@@ -83,6 +84,22 @@ pub async fn run(ctx: &Context, vc: &ValkeyCluster, objects: &Objects) -> Result
     if let Some(pdb) = &objects.disruption_budget {
         let cache = &caches.disruption_budgets;
         one(ctx, cache, pdb, "poddisruptionbudgets", &mut changes).await?;
+    }
+    // Routes of a kind the API server does not serve are not applied: the
+    // guest has reported why (ExternalAccessReady), and the status says so.
+    for r in &objects.routes {
+        let Some((resource, object)) = r.object(&caches.gateway_api) else {
+            continue;
+        };
+        let (cache, plural) = match r.route.kind {
+            RouteKind::Tcp => (&caches.tcp_routes, "tcproutes"),
+            RouteKind::Tls => (&caches.tls_routes, "tlsroutes"),
+        };
+        let body = serde_json::to_value(&object).expect("objects serialize");
+        let applied = apply::apply_value(&ctx.client, cache, &ctx.recent, &resource, body).await?;
+        if changes.note(&resource.kind, plural, &r.route.name, applied) {
+            ctx.metrics.write("apply", plural);
+        }
     }
     if !changes.created.is_empty() {
         let note = events::summary("created", &changes.created);

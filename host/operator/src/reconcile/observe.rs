@@ -19,10 +19,11 @@ pub fn objects(vc: &ValkeyCluster, ctx: &Context) -> Result<(Snapshot, Input), E
     let namespace = vc.namespace().ok_or(Error::Incomplete)?;
     let uid = vc.uid().ok_or(Error::Incomplete)?;
     let name = vc.name_any();
-    let snapshot = Snapshot::of(&ctx.caches, &namespace, &name, &uid);
+    let spec = convert::cluster(vc);
+    let snapshot = Snapshot::of(&ctx.caches, &spec, &uid);
     let state = ctx.clusters.state();
     let others = others(state.iter().map(|c| c.as_ref()), &namespace, &name);
-    let mut input = snapshot.input(convert::cluster(vc), others);
+    let mut input = snapshot.input(spec, others);
     input.pinned_elsewhere =
         convert::pinned_elsewhere(state.iter().map(|c| c.as_ref()), &namespace, &name);
     Ok((snapshot, input))

@@ -11,10 +11,11 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
+use kube::api::ApiResource;
 use kube::core::NamespaceResourceScope;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use serde::de::DeserializeOwned;
+use shardgate_contract::model::RouteKind;
 use shardgate_k8s::cache::Entry;
 use shardgate_k8s::convert::Objects;
 use shardgate_k8s::crd::ValkeyCluster;
@@ -34,6 +35,9 @@ struct Keep {
     nodes: BTreeSet<String>,
     /// The PodDisruptionBudget, if wanted.
     disruption_budgets: BTreeSet<String>,
+    /// The nodes' Gateway API routes, by kind.
+    tcp_routes: BTreeSet<String>,
+    tls_routes: BTreeSet<String>,
 }
 
 fn keep(objects: &Objects) -> Keep {
@@ -54,7 +58,18 @@ fn keep(objects: &Objects) -> Keep {
             .iter()
             .map(|p| p.name_any())
             .collect(),
+        tcp_routes: routes(objects, RouteKind::Tcp),
+        tls_routes: routes(objects, RouteKind::Tls),
     }
+}
+
+fn routes(objects: &Objects, kind: RouteKind) -> BTreeSet<String> {
+    objects
+        .routes
+        .iter()
+        .filter(|r| r.route.kind == kind)
+        .map(|r| r.route.name.clone())
+        .collect()
 }
 
 /// What a prune did.
@@ -130,6 +145,26 @@ pub async fn run(
         &mut deleted,
     )
     .await?;
+    let api = &ctx.caches.gateway_api;
+    for (resource, owned, keep, plural) in [
+        (
+            &api.tcp_routes,
+            &snapshot.tcp_routes,
+            &keep.tcp_routes,
+            "tcproutes",
+        ),
+        (
+            &api.tls_routes,
+            &snapshot.tls_routes,
+            &keep.tls_routes,
+            "tlsroutes",
+        ),
+    ] {
+        if let Some(resource) = resource {
+            at.dynamic(resource, owned, plural, keep, &mut deleted)
+                .await?;
+        }
+    }
     if !deleted.is_empty() {
         let note = events::summary("deleted", &deleted);
         events::publish(ctx, vc, EventType::Normal, "Deleted", "Prune", note).await;
@@ -156,14 +191,31 @@ impl Scope<'_> {
         deleted: &mut Vec<String>,
     ) -> Result<(), Error>
     where
-        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
+        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>,
     {
-        let names = prune::prune::<K, C>(
+        self.dynamic(
+            &ApiResource::erase::<K>(&()),
+            owned,
+            resource,
+            keep,
+            deleted,
+        )
+        .await
+    }
+
+    /// Prunes one kind known at run time, as [`Self::kind`].
+    async fn dynamic<C: Entry>(
+        &self,
+        api: &ApiResource,
+        owned: &[Arc<C>],
+        resource: &'static str,
+        keep: &BTreeSet<String>,
+        deleted: &mut Vec<String>,
+    ) -> Result<(), Error> {
+        let names = prune::prune_resource(
             &self.ctx.client,
             &self.ctx.recent,
+            api,
             owned,
             self.namespace,
             keep,
@@ -171,7 +223,7 @@ impl Scope<'_> {
         .await?;
         for n in names {
             self.ctx.metrics.write("delete", resource);
-            deleted.push(format!("{} {n}", K::kind(&())));
+            deleted.push(format!("{} {n}", api.kind));
         }
         Ok(())
     }
@@ -222,6 +274,7 @@ mod tests {
                 shard_services: shards.iter().map(|s| named(s)).collect(),
                 nodes: nodes.iter().map(|n| node(n)).collect(),
                 disruption_budget: (!nodes.is_empty()).then(|| named("shardgate-c")),
+                routes: Vec::new(),
             };
             let disruption_budgets = if nodes.is_empty() {
                 set(&[])
@@ -234,6 +287,7 @@ mod tests {
                     services,
                     nodes: node_names,
                     disruption_budgets,
+                    ..Keep::default()
                 }
             );
         }

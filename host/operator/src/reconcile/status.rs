@@ -49,10 +49,14 @@ pub async fn publish(
     )
     .await?;
     ctx.metrics.write("apply", "valkeyclusters/status");
-    if write == Write::ApplyThenDropEndpoints {
-        // Apply dropped every entry; remove the (now empty) list itself, as
-        // the seed's status shape requires.
-        let remove = json!({"status": {"externalEndpoints": null}});
+    if let Write::ApplyThenDrop(fields) = write {
+        // Apply dropped what was in them; remove the (now empty) fields
+        // themselves, as the seed's status shape requires.
+        let fields: serde_json::Map<String, serde_json::Value> = fields
+            .into_iter()
+            .map(|f| (f.to_string(), serde_json::Value::Null))
+            .collect();
+        let remove = json!({ "status": fields });
         api.patch_status(
             &vc.name_any(),
             &PatchParams::default(),
@@ -99,18 +103,35 @@ pub async fn refuse(
 enum Write {
     Nothing,
     Apply,
-    /// Server-side apply cannot remove the list it stops owning entries of:
-    /// a merge patch drops `externalEndpoints` after the apply.
-    ApplyThenDropEndpoints,
+    /// Server-side apply cannot remove the list or object it stops owning
+    /// the contents of: a merge patch drops these fields after the apply.
+    ApplyThenDrop(Vec<&'static str>),
 }
 
 fn write(previous: &ValkeyClusterStatus, next: &ValkeyClusterStatus) -> Write {
     if previous == next {
-        Write::Nothing
-    } else if previous.external_endpoints.is_some() && next.external_endpoints.is_none() {
-        Write::ApplyThenDropEndpoints
-    } else {
+        return Write::Nothing;
+    }
+    let gone = |was: bool, is: bool, field| (was && !is).then_some(field);
+    let drop: Vec<&'static str> = [
+        gone(
+            previous.external_endpoints.is_some(),
+            next.external_endpoints.is_some(),
+            "externalEndpoints",
+        ),
+        gone(
+            previous.gateway.is_some(),
+            next.gateway.is_some(),
+            "gateway",
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if drop.is_empty() {
         Write::Apply
+    } else {
+        Write::ApplyThenDrop(drop)
     }
 }
 
@@ -125,12 +146,31 @@ mod tests {
             observed_generation: Some(generation),
             ..ValkeyClusterStatus::default()
         };
+        let gateway = |endpoints: bool| ValkeyClusterStatus {
+            gateway: Some(Default::default()),
+            ..with(endpoints, 1)
+        };
         for (previous, next, want) in [
             (with(false, 1), with(false, 1), Write::Nothing),
             (with(true, 1), with(true, 1), Write::Nothing),
             (with(false, 1), with(false, 2), Write::Apply),
             (with(false, 1), with(true, 1), Write::Apply),
-            (with(true, 1), with(false, 2), Write::ApplyThenDropEndpoints),
+            (
+                with(true, 1),
+                with(false, 2),
+                Write::ApplyThenDrop(vec!["externalEndpoints"]),
+            ),
+            (
+                gateway(true),
+                with(true, 2),
+                Write::ApplyThenDrop(vec!["gateway"]),
+            ),
+            (
+                gateway(true),
+                with(false, 2),
+                Write::ApplyThenDrop(vec!["externalEndpoints", "gateway"]),
+            ),
+            (with(true, 1), gateway(true), Write::Apply),
         ] {
             assert_eq!(write(&previous, &next), want, "{previous:?} -> {next:?}");
         }

@@ -21,7 +21,7 @@ pub enum Rejection {
     /// The bytes are not the pinned ones.
     #[error("digest mismatch: expected {expected}, got {got}")]
     DigestMismatch { expected: String, got: String },
-    /// Not a component, or not one exporting `shardgate:reconcile@0.6.0`
+    /// Not a component, or not one exporting `shardgate:reconcile@0.7.0`
     /// with the right types (the message says which).
     #[error("not a reconcile module: {0}")]
     Load(String),

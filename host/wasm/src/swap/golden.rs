@@ -10,9 +10,10 @@ use std::collections::BTreeSet;
 
 use shardgate_contract::announce::KEYS as ANNOUNCE_KEYS;
 use shardgate_contract::model::{
-    Cluster, Desired, EndpointType, ExternalAccess, Ingress, Input, IpAddress, Observed,
-    ObservedPod, ObservedPort, ObservedService, Scheduling, ServiceTopology, ServiceType, Severity,
-    SpreadSet, Strength, TrafficPolicy, ValkeyNode,
+    Cluster, Desired, EndpointType, ExternalAccess, Gateway, GatewayFound, Ingress, Input,
+    IpAddress, Listener, ListenerProtocol, Observed, ObservedGateway, ObservedPod, ObservedPort,
+    ObservedService, Scheduling, ServiceTopology, ServiceType, Severity, SpreadSet, Strength,
+    TrafficPolicy, ValkeyNode,
 };
 use shardgate_contract::names;
 
@@ -160,6 +161,7 @@ impl Golden {
                 observed: Observed {
                     services: services(3, 1, |_| Vec::new()),
                     pods: pods(3, 1),
+                    gateway: None,
                     valkey: None,
                 },
                 other_clusters: vec!["golden-lb".into()],
@@ -205,6 +207,7 @@ impl Golden {
                         vec![Ingress::Ip(ipv4(198, 51, 100, shard as u8 + 1))]
                     }),
                     pods: pods(2, 2),
+                    gateway: None,
                     valkey: Some(lb_nodes),
                 },
                 other_clusters: Vec::new(),
@@ -238,6 +241,43 @@ impl Golden {
                         ))]
                     }),
                     pods: pods(2, 1),
+                    gateway: None,
+                    valkey: None,
+                },
+                other_clusters: Vec::new(),
+                pinned_elsewhere: Vec::new(),
+            },
+        };
+        let gateway = GoldenCase {
+            input: Input {
+                credentials: Default::default(),
+                cluster: cluster(
+                    "golden-gateway",
+                    2,
+                    1,
+                    Some(ExternalAccess {
+                        service_type: ServiceType::ClusterIp,
+                        gateway: Some(Gateway {
+                            name: "valkey".into(),
+                            section_name: None,
+                            base_port: 7000,
+                        }),
+                        ..ExternalAccess::default()
+                    }),
+                ),
+                observed: Observed {
+                    services: Vec::new(),
+                    pods: pods(2, 1),
+                    gateway: Some(GatewayFound::Found(ObservedGateway {
+                        listeners: (0..4)
+                            .map(|i| Listener {
+                                name: format!("valkey-{i}"),
+                                port: 7000 + i,
+                                protocol: ListenerProtocol::Tcp,
+                            })
+                            .collect(),
+                        addresses: vec![Ingress::Ip(ipv4(203, 0, 113, 10))],
+                    })),
                     valkey: None,
                 },
                 other_clusters: Vec::new(),
@@ -254,7 +294,7 @@ impl Golden {
             },
         };
         Golden {
-            cases: vec![nodeport, lb, per_node, internal],
+            cases: vec![nodeport, lb, per_node, gateway, internal],
             invalid: cluster("golden-invalid", 0, -1, None),
         }
     }
@@ -371,6 +411,49 @@ pub fn check_desired(case: &GoldenCase, desired: &Desired) -> Result<(), String>
                 desired.services.len()
             ));
         }
+        check_routes(ea.gateway.is_some(), desired, &seen)?;
+    }
+    Ok(())
+}
+
+/// With a gateway, one route per node, each on its own listener port and
+/// to a Service the answer wants; without one, no route.
+fn check_routes(
+    gateway: bool,
+    desired: &Desired,
+    nodes: &BTreeSet<(u32, u32)>,
+) -> Result<(), String> {
+    if !gateway {
+        return match desired.routes.first() {
+            Some(r) => Err(format!("route {} without a gateway", r.name)),
+            None => Ok(()),
+        };
+    }
+    let mut routed = BTreeSet::new();
+    let mut ports = BTreeSet::new();
+    for r in &desired.routes {
+        if !nodes.contains(&(r.shard, r.node)) || !routed.insert((r.shard, r.node)) {
+            return Err(format!(
+                "route {} is for shard {} node {}, which has no node object or another route",
+                r.name, r.shard, r.node
+            ));
+        }
+        if !ports.insert(r.port) {
+            return Err(format!("route {} shares listener port {}", r.name, r.port));
+        }
+        if !desired.services.iter().any(|s| s.name == r.service) {
+            return Err(format!(
+                "route {} forwards to Service {}, which the answer does not want",
+                r.name, r.service
+            ));
+        }
+    }
+    if routed.len() != nodes.len() {
+        return Err(format!(
+            "{} routes for {} nodes with a gateway",
+            routed.len(),
+            nodes.len()
+        ));
     }
     Ok(())
 }
