@@ -12,6 +12,8 @@
 //! - [`proxy`] exposes NodePort (on every node's addresses) and LoadBalancer
 //!   Services as TCP listeners on loopback addresses, forwarding each connection to the one pod the
 //!   Service port selects.
+//! - [`gateway_api`] serves the Gateway API kinds on the emulator and
+//!   decides which routes attach to which Gateway listener.
 //! - [`server_binary`] finds the `valkey-server` to run.
 //! - [`certs`] is the certificate authority that issues (and renews) a TLS
 //!   cluster's Secret, as cert-manager would; the kubelet puts a TLS front
@@ -25,6 +27,7 @@
 //! documents what it models and what it does not.
 
 pub mod certs;
+pub mod gateway_api;
 mod ip_pool;
 pub mod kubelet;
 pub mod nodes;
