@@ -14,6 +14,8 @@
 //!   Service port selects.
 //! - [`gateway_api`] serves the Gateway API kinds on the emulator and
 //!   decides which routes attach to which Gateway listener.
+//! - [`sni`] reads the server name of a TLS ClientHello without consuming
+//!   it (for TLS passthrough).
 //! - [`server_binary`] finds the `valkey-server` to run.
 //! - [`certs`] is the certificate authority that issues (and renews) a TLS
 //!   cluster's Secret, as cert-manager would; the kubelet puts a TLS front
@@ -34,4 +36,5 @@ pub mod nodes;
 pub mod proxy;
 pub mod scheduler;
 pub mod server_binary;
+pub mod sni;
 pub mod stack;
