@@ -31,6 +31,7 @@ use shardgate_valkey::{CLIENT_PORT, Dial, Login, NodeClient, Trust};
 use shardgate_wasm::{Engine, Limits, Reconciler};
 
 use crate::certs::Authority;
+use crate::gateway_api;
 use crate::kubelet::{Kubelet, KubeletOptions};
 use crate::nodes::{MAX_NODES, SandboxNode, sandbox_nodes};
 use crate::proxy::{Proxy, ProxyOptions};
@@ -50,6 +51,9 @@ pub struct Options {
     pub nodes: u32,
     /// Shard `s`'s LoadBalancer ingress is `.s` of this network.
     pub load_balancer_network: Ipv4Addr,
+    /// Gateways (Gateway API) get addresses `.1`, `.2`, ... of this
+    /// network, in name order (see [`crate::gateway`]).
+    pub gateway_network: Ipv4Addr,
     /// How soon the operator looks again at a reshaping cluster (the
     /// default, adaptive; benches compare it with a fixed tick).
     pub recheck: operator::Recheck,
@@ -58,8 +62,8 @@ pub struct Options {
 impl Options {
     /// Runs `valkey_server` with state under `work_dir`, on the default
     /// loopback addresses: pods on 127.0.1.x, three nodes on 127.0.3.x
-    /// (InternalIP) and 127.0.4.x (ExternalIP), and LoadBalancers on
-    /// 127.0.2.x.
+    /// (InternalIP) and 127.0.4.x (ExternalIP), LoadBalancers on
+    /// 127.0.2.x and Gateways on 127.0.6.x.
     pub fn new(valkey_server: PathBuf, work_dir: PathBuf) -> Self {
         Options {
             valkey_server,
@@ -67,6 +71,7 @@ impl Options {
             pod_network: Ipv4Addr::new(127, 0, 1, 0),
             nodes: 3,
             load_balancer_network: Ipv4Addr::new(127, 0, 2, 0),
+            gateway_network: Ipv4Addr::new(127, 0, 6, 0),
             recheck: operator::Recheck::default(),
         }
     }
@@ -170,6 +175,8 @@ impl SandboxTls {
         }
         let lb = options.load_balancer_network.octets();
         names.extend((0..64).map(|s| Ipv4Addr::new(lb[0], lb[1], lb[2], s).to_string()));
+        let gw = options.gateway_network.octets();
+        names.extend((1..=16).map(|g| Ipv4Addr::new(gw[0], gw[1], gw[2], g).to_string()));
         let dir = options.work_dir.join("tls");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let ca_file = dir.join("ca.crt");
@@ -248,14 +255,11 @@ impl Sandbox {
 
         // JSON is YAML too.
         let crd = serde_json::to_string(&ValkeyCluster::crd())?;
-        let emu = Arc::new(
-            Emulator::builder()
-                .custom_resource(CustomResource::from_crd_yaml(&crd)?)
-                .statefulset_controller(true)
-                .namespace(&namespace)
-                .start()
-                .await?,
-        );
+        let builder = Emulator::builder()
+            .custom_resource(CustomResource::from_crd_yaml(&crd)?)
+            .statefulset_controller(true)
+            .namespace(&namespace);
+        let emu = Arc::new(gateway_api::register(builder).start().await?);
         let client = emu.client().await?;
         let nodes = options.node_list();
         let tls = match &cluster.spec.tls {
@@ -285,6 +289,7 @@ impl Sandbox {
                     .flat_map(|n| [n.internal_ip, n.external_ip])
                     .collect(),
                 load_balancer_network: options.load_balancer_network,
+                gateway_network: options.gateway_network,
                 namespace: namespace.clone(),
             },
         )?;
