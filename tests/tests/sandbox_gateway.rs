@@ -19,6 +19,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind}
 use kube_emulator::Emulator;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
+use shardgate_contract::names;
 use shardgate_sandbox::certs::Authority;
 use shardgate_sandbox::gateway::GatewayListener;
 use shardgate_sandbox::gateway_api::{self, GROUP, RouteKind};
@@ -26,10 +27,11 @@ use shardgate_sandbox::kubelet::{Kubelet, KubeletOptions};
 use shardgate_sandbox::nodes::sandbox_nodes;
 use shardgate_sandbox::proxy::{Proxy, ProxyOptions};
 use shardgate_sandbox::server_binary;
-use shardgate_tests::e2e::Hosts;
-use shardgate_tests::harness::{NS, condition_true};
+use shardgate_sandbox::stack::{Options, Sandbox};
+use shardgate_tests::e2e::{self, Hosts};
+use shardgate_tests::harness::{self, NS, condition_true};
 use shardgate_tests::scratch::ScratchDir;
-use shardgate_tests::valkey::{connect, connect_tls, info_field};
+use shardgate_tests::valkey::{Login, connect, connect_tls, info_field};
 use shardgate_tests::wait;
 
 const POD_NETWORK: Ipv4Addr = Ipv4Addr::new(127, 0, 12, 0);
@@ -597,4 +599,108 @@ async fn discovery_finds_the_gateway_api_kinds() {
         ])
     );
     emu.shutdown().await;
+}
+
+/// `shardgate sandbox` with a Gateway beside the cluster: the Gateway (and
+/// a route to the operator's shard Service, made by hand) exist before the
+/// cluster, the sandbox's gateway serves them on its own network, and the
+/// route reaches the node its backend port names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_creates_objects_before_the_cluster_and_serves_its_gateway() {
+    let server = server_binary::find(None).unwrap_or_else(|e| panic!("{e:#}"));
+    let name = "gwsandbox";
+    let cluster = shardgate_k8s::manifest::cluster_from_value(harness::cluster(
+        name,
+        1,
+        1,
+        harness::nodeport(),
+    ))
+    .unwrap();
+    let work = ScratchDir::unmade("sandbox-gateway-stack");
+    let mut options = Options::new(server.clone(), work.path().into());
+    options.gateway_network = Ipv4Addr::new(127, 0, 15, 0);
+    let mut gw = gateway();
+    gw["metadata"] = json!({"name": "valkey"});
+    let parent = |port: u16| json!({"name": "valkey", "port": port});
+    // The shard Service: port 6379 + n for node n.
+    let shard_service = names::shard_service(name, 0);
+    options.objects = vec![
+        gw,
+        route(
+            RouteKind::Tcp,
+            "by-hand-0-0",
+            parent(7000),
+            &shard_service,
+            6379,
+        ),
+        route(
+            RouteKind::Tcp,
+            "by-hand-0-1",
+            parent(7001),
+            &shard_service,
+            6380,
+        ),
+    ];
+
+    // A kind the sandbox does not serve: refused before anything starts.
+    let mut refused_options = options.clone();
+    refused_options
+        .objects
+        .push(json!({"apiVersion": "example.com/v1",
+                                         "kind": "Widget", "metadata": {"name": "w"}}));
+    let err = match Sandbox::start(cluster.clone(), refused_options).await {
+        Ok(_) => panic!("a Widget is not served"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        err.contains("object 4 (example.com/v1 Widget \"w\")") && err.contains("\"Widget\""),
+        "{err}"
+    );
+
+    let sandbox = Sandbox::start(cluster, options).await.unwrap();
+    let ready = sandbox.wait_ready(e2e::READY).await.unwrap();
+    let gateway_ip = Ipv4Addr::new(127, 0, 15, 1);
+    assert_eq!(
+        sandbox.proxy().gateway_addresses(),
+        BTreeMap::from([("valkey".to_string(), gateway_ip)])
+    );
+    // Not a gateway cluster (its spec names none): the DNS is as before.
+    assert_eq!(sandbox.gateway_address(), None);
+    let login = Login {
+        username: ready.username.clone(),
+        password: ready.password.clone().unwrap(),
+    };
+    for node in 0..2u16 {
+        let pod_ip = sandbox.pod_ip(0, u32::from(node)).unwrap();
+        let via = SocketAddr::from((gateway_ip, 7000 + node));
+        let inside = my_id(SocketAddr::new(pod_ip, 6379), &login).await;
+        assert_eq!(
+            wait::until_async(&format!("{via} answering"), WAIT, || async {
+                try_my_id(via, &login).await
+            })
+            .await,
+            inside,
+            "listener {} reaches shard 0 node {node}",
+            7000 + node
+        );
+    }
+    let errors = sandbox.proxy().errors();
+    sandbox.shutdown().await;
+    assert_eq!(errors, Vec::<String>::new());
+    drop(work);
+}
+
+async fn try_my_id(addr: SocketAddr, login: &Login) -> Option<String> {
+    let mut c = connect(addr, Some(login)).await.ok()?;
+    redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query_async(&mut c)
+        .await
+        .ok()
+}
+
+async fn my_id(addr: SocketAddr, login: &Login) -> String {
+    try_my_id(addr, login)
+        .await
+        .unwrap_or_else(|| panic!("{addr}: no CLUSTER MYID"))
 }
