@@ -204,6 +204,8 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
                 .flat_map(|n| [n.internal_ip, n.external_ip])
                 .collect(),
             load_balancer_network: LB_NETWORK,
+            // No Gateways here; a network of its own all the same.
+            gateway_network: Ipv4Addr::new(127, 0, 10, 0),
             namespace: NS.into(),
         },
     )

@@ -48,6 +48,9 @@ fn group_json(group: &str, versions: &[String]) -> Value {
     })
 }
 
+/// The versions a group serves, most preferred first as the API server
+/// orders a CRD group's: by Kubernetes version priority (`v1` before
+/// `v1beta1` before `v1alpha2`), whatever order they were registered in.
 fn versions_of(reg: &Registry, group: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for (g, v) in reg.groups() {
@@ -55,6 +58,7 @@ fn versions_of(reg: &Registry, group: &str) -> Vec<String> {
             out.push(v);
         }
     }
+    out.sort_by_cached_key(|v| std::cmp::Reverse(kube::core::Version::parse(v).priority()));
     out
 }
 

@@ -347,6 +347,14 @@ impl Emulator {
             .ok_or_else(|| anyhow::anyhow!("unknown resource type {type_name:?}"))
     }
 
+    /// Whether the objects of a type live in namespaces, or `None` if the
+    /// emulator does not serve the type (`type_name` as for [`get`](Self::get)):
+    /// to check what a client is about to create.
+    pub fn namespaced(&self, type_name: &str) -> Option<bool> {
+        let st = self.shared.lock();
+        self.resolve(&st, type_name).ok().map(|res| res.namespaced)
+    }
+
     /// One object; `type_name` is `apiVersion/Kind` (`apps/v1/StatefulSet`),
     /// a Kind (`Service`) or a plural (`services`, `events.events.k8s.io`).
     /// `ns` is ignored for cluster-scoped types.

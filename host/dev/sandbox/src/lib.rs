@@ -11,7 +11,10 @@
 //!   podIP/hostIP/Ready.
 //! - [`proxy`] exposes NodePort (on every node's addresses) and LoadBalancer
 //!   Services as TCP listeners on loopback addresses, forwarding each connection to the one pod the
-//!   Service port selects.
+//!   Service port selects; it also acts as the Gateway ([`gateway`]) for
+//!   the Gateway API kinds the sandbox serves ([`gateway_api`]), reading
+//!   TLS server names with [`sni`]. [`listeners`] keeps both kinds of
+//!   listener in step with each tick.
 //! - [`server_binary`] finds the `valkey-server` to run.
 //! - [`certs`] is the certificate authority that issues (and renews) a TLS
 //!   cluster's Secret, as cert-manager would; the kubelet puts a TLS front
@@ -21,14 +24,18 @@
 //!
 //! Everything is loopback: the whole 127.0.0.0/8 is local on Linux, so pods
 //! get addresses like 127.0.1.N and load balancers 127.0.2.N without any
-//! network setup. There are no namespaces, cgroups or images; each module
+//! network setup (Gateways on 127.0.6.N). There are no namespaces, cgroups or images; each module
 //! documents what it models and what it does not.
 
 pub mod certs;
+pub mod gateway;
+pub mod gateway_api;
 mod ip_pool;
 pub mod kubelet;
+mod listeners;
 pub mod nodes;
 pub mod proxy;
 pub mod scheduler;
 pub mod server_binary;
+pub mod sni;
 pub mod stack;

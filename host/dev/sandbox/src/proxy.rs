@@ -19,8 +19,14 @@
 //!   listens on `ip:port` for each port. When a Service stops being a
 //!   LoadBalancer its address is released and its ingress cleared.
 //!
+//! - **Gateways** (Gateway API): acting as their implementation, the proxy
+//!   gives each Gateway an address in `gateway_network` and serves its
+//!   TCP and TLS (passthrough) listeners that have routes; see
+//!   [`crate::gateway`].
+//!
 //! Listeners of ports or Services that disappeared are closed (with the
-//! connections they accepted); a changed `nodePort` is a new listener.
+//! connections they accepted); a changed `nodePort` is a new listener
+//! ([`crate::listeners`] keeps them).
 //!
 //! Each accepted connection is forwarded to the endpoint resolved **at
 //! connection time** from the emulator ([`resolve`]): the Service port's
@@ -40,7 +46,9 @@
 //! connections).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -48,13 +56,15 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_emulator::{Emulator, Ingress};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use crate::gateway::{self, GatewayListener};
 use crate::ip_pool::IpPool;
 use crate::kubelet::is_ready;
+use crate::listeners::{ListenKey, Listeners, accept_loop};
 
 /// How often the proxy looks at the emulator's Services.
 const TICK: Duration = Duration::from_millis(100);
@@ -75,6 +85,9 @@ pub struct ProxyOptions {
     pub node_ips: Vec<Ipv4Addr>,
     /// A loopback /24 for LoadBalancer addresses (e.g. 127.0.2.0).
     pub load_balancer_network: Ipv4Addr,
+    /// A loopback /24 for Gateway addresses (the sandbox's: 127.0.6.0;
+    /// the first Gateway gets `.1`).
+    pub gateway_network: Ipv4Addr,
     /// The namespace whose Services are exposed.
     pub namespace: String,
 }
@@ -89,49 +102,79 @@ pub struct Proxy {
 /// One listener: a Service, one of its port names and the listen address.
 type Endpoint = (String, String, SocketAddr);
 
-struct Shared {
-    emu: Arc<Emulator>,
-    options: ProxyOptions,
+impl ListenKey for Endpoint {
+    fn addr(&self) -> SocketAddr {
+        self.2
+    }
+
+    fn describe(&self) -> String {
+        format!("service {} port {:?}", self.0, self.1)
+    }
+}
+
+/// What the proxy's loop and its connections share; the gateway
+/// ([`crate::gateway`]) uses it too.
+pub(crate) struct Shared {
+    pub(crate) emu: Arc<Emulator>,
+    pub(crate) options: ProxyOptions,
     state: Mutex<State>,
+    listeners: Listeners<Endpoint>,
+    pub(crate) gateway: gateway::Gateways,
+    ticks: AtomicU64,
 }
 
 struct State {
-    listeners: BTreeMap<Endpoint, JoinHandle<()>>,
-    /// Listeners that failed to bind, with the error (recorded once).
-    bind_failures: BTreeMap<Endpoint, String>,
     /// LoadBalancer Service name to its address.
     load_balancers: BTreeMap<String, Ipv4Addr>,
     lb_ips: IpPool,
     errors: Vec<String>,
 }
 
+/// A Service port, by name (a NodePort or load balancer listener's) or by
+/// number (a Gateway route's backendRef).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PortRef {
+    Name(String),
+    Number(u16),
+}
+
+impl fmt::Display for PortRef {
+    /// A name quoted (`"vk-n0"`), a number as is (`6379`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortRef::Name(name) => write!(f, "{name:?}"),
+            PortRef::Number(n) => write!(f, "{n}"),
+        }
+    }
+}
+
 /// Why a Service port does not lead to exactly one pod.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
-    #[error("service {service}: no port named {port:?}")]
-    NoSuchPort { service: String, port: String },
+    #[error("service {service}: no port {port}")]
+    NoSuchPort { service: String, port: PortRef },
     #[error("service {service}: no selector, so no endpoints")]
     NoSelector { service: String },
     #[error(
-        "service {service} port {port:?} (targetPort {target}): no endpoint; selected pods: [{}]",
+        "service {service} port {port} (targetPort {target}): no endpoint; selected pods: [{}]",
         selected.join(", ")
     )]
     NoEndpoint {
         service: String,
-        port: String,
+        port: PortRef,
         target: String,
         /// The pods the selector matches, each with why it is not an
         /// endpoint (e.g. `vc-0 (not ready)`).
         selected: Vec<String>,
     },
     #[error(
-        "service {service} port {port:?} (targetPort {target}): {} endpoints, expected one: [{}]",
+        "service {service} port {port} (targetPort {target}): {} endpoints, expected one: [{}]",
         pods.len(),
         pods.join(", ")
     )]
     Ambiguous {
         service: String,
-        port: String,
+        port: PortRef,
         target: String,
         /// Each endpoint pod as `name (ip:port)`.
         pods: Vec<String>,
@@ -146,12 +189,13 @@ impl Proxy {
         let shared = Arc::new(Shared {
             emu,
             state: Mutex::new(State {
-                listeners: BTreeMap::new(),
-                bind_failures: BTreeMap::new(),
                 load_balancers: BTreeMap::new(),
                 lb_ips: IpPool::new(options.load_balancer_network),
                 errors: Vec::new(),
             }),
+            listeners: Listeners::new(),
+            gateway: gateway::Gateways::new(options.gateway_network),
+            ticks: AtomicU64::new(0),
             options,
         });
         let (stop, stopped) = oneshot::channel();
@@ -163,20 +207,40 @@ impl Proxy {
         })
     }
 
-    /// Every listener: `(service, port name, listen address)`.
+    /// Every Service listener: `(service, port name, listen address)`.
+    /// The Gateways' are [`Proxy::gateway_listeners`].
     pub fn endpoints(&self) -> Vec<(String, String, SocketAddr)> {
-        self.shared.state().listeners.keys().cloned().collect()
+        self.shared.listeners.keys()
+    }
+
+    /// Every Gateway listener open now (those with at least one route).
+    pub fn gateway_listeners(&self) -> Vec<GatewayListener> {
+        self.shared.gateway.listeners()
+    }
+
+    /// Each Gateway's address, by Gateway name.
+    pub fn gateway_addresses(&self) -> BTreeMap<String, Ipv4Addr> {
+        self.shared.gateway.addresses()
+    }
+
+    /// How many ticks (passes over the Services and Gateways) have
+    /// finished: a test waits for two more to know that a whole tick saw
+    /// what it did before.
+    pub fn ticks(&self) -> u64 {
+        self.shared.ticks.load(Ordering::SeqCst)
     }
 
     /// Errors so far, oldest first: refused connections (naming the
-    /// Service, port and pods), listeners that could not bind, failed
-    /// connections to pods, failed status writes.
+    /// Service, port and pods, or the Gateway listener and routes),
+    /// listeners that could not bind, failed connections to pods, failed
+    /// status writes, Gateway listeners the sandbox cannot serve.
     pub fn errors(&self) -> Vec<String> {
         self.shared.state().errors.clone()
     }
 
     /// Stops the proxy: closes every listener and every forwarded
-    /// connection. LoadBalancer ingress is left as it is.
+    /// connection. LoadBalancer ingress and Gateway status are left as
+    /// they are.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -184,11 +248,8 @@ impl Proxy {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        let listeners = std::mem::take(&mut self.shared.state().listeners);
-        for (_, task) in listeners {
-            task.abort();
-            let _ = task.await;
-        }
+        self.shared.listeners.close_all().await;
+        self.shared.gateway.close_all().await;
     }
 }
 
@@ -197,9 +258,8 @@ impl Drop for Proxy {
         if let Some(task) = self.task.take() {
             task.abort();
         }
-        for (_, task) in std::mem::take(&mut self.shared.state().listeners) {
-            task.abort();
-        }
+        self.shared.listeners.abort_all();
+        self.shared.gateway.abort_all();
     }
 }
 
@@ -222,7 +282,7 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn record(&self, message: String) {
+    pub(crate) fn record(&self, message: String) {
         warn!("sandbox proxy: {message}");
         let mut st = self.state();
         st.errors.push(message);
@@ -231,13 +291,29 @@ impl Shared {
         }
     }
 
-    /// One pass: load balancer addresses, then listeners.
+    /// One pass: load balancer addresses, then listeners, then the
+    /// Gateways.
     async fn sync(self: &Arc<Self>) {
         let services = self.services();
         self.assign_load_balancers(&services);
         let wanted = self.wanted_endpoints(&services);
-        self.close_unwanted(&wanted);
-        self.open_missing(wanted).await;
+        let shared = self.clone();
+        let errors = self
+            .listeners
+            .sync(wanted, move |(service, port, _), listener| {
+                let shared = shared.clone();
+                let what = format!("service {service} port {port:?}");
+                accept_loop(listener, what, move |stream| {
+                    let (shared, service, port) = (shared.clone(), service.clone(), port.clone());
+                    async move { shared.forward(service, port, stream).await }
+                })
+            })
+            .await;
+        for e in errors {
+            self.record(e);
+        }
+        gateway::sync(self).await;
+        self.ticks.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The namespace's Services.
@@ -332,129 +408,51 @@ impl Shared {
             .collect()
     }
 
-    /// Closes listeners that are no longer wanted.
-    fn close_unwanted(&self, wanted: &BTreeSet<Endpoint>) {
-        let mut st = self.state();
-        st.bind_failures.retain(|ep, _| wanted.contains(ep));
-        let unwanted: Vec<Endpoint> = st
-            .listeners
-            .keys()
-            .filter(|ep| !wanted.contains(*ep))
-            .cloned()
-            .collect();
-        for ep in unwanted {
-            if let Some(task) = st.listeners.remove(&ep) {
-                info!(service = %ep.0, port = %ep.1, addr = %ep.2, "listener closed");
-                task.abort();
-            }
-        }
-    }
-
-    /// Binds the wanted listeners that are missing. A bind failure is
-    /// recorded once and retried every tick.
-    async fn open_missing(self: &Arc<Self>, wanted: BTreeSet<Endpoint>) {
-        let missing: Vec<Endpoint> = {
-            let st = self.state();
-            wanted
-                .into_iter()
-                .filter(|ep| !st.listeners.contains_key(ep))
-                .collect()
-        };
-        for ep in missing {
-            match TcpListener::bind(ep.2).await {
-                Ok(listener) => {
-                    info!(service = %ep.0, port = %ep.1, addr = %ep.2, "listening");
-                    let task =
-                        tokio::spawn(serve(self.clone(), listener, ep.0.clone(), ep.1.clone()));
-                    let mut st = self.state();
-                    st.bind_failures.remove(&ep);
-                    st.listeners.insert(ep, task);
-                }
-                Err(e) => {
-                    let message = format!(
-                        "service {} port {:?}: cannot listen on {}: {e}",
-                        ep.0, ep.1, ep.2
-                    );
-                    let new = self
-                        .state()
-                        .bind_failures
-                        .insert(ep, message.clone())
-                        .as_ref()
-                        != Some(&message);
-                    if new {
-                        self.record(message);
-                    }
-                }
-            }
-        }
-    }
-
     /// The pod address for a new connection to `service`'s `port`, from the
     /// emulator's current objects.
-    fn endpoint(&self, service: &str, port: &str) -> Result<SocketAddr, String> {
+    pub(crate) fn endpoint(&self, service: &str, port: &PortRef) -> Result<SocketAddr, String> {
         let ns = &self.options.namespace;
         let svc: Service = self
             .emu
             .get("Service", ns, service)
             .and_then(|v| serde_json::from_value(v).ok())
-            .ok_or_else(|| format!("service {service}: gone"))?;
+            .ok_or_else(|| format!("service {service}: not found"))?;
         let pods: Vec<Pod> = self
             .emu
             .list("pods", Some(ns))
             .into_iter()
             .filter_map(|v| serde_json::from_value(v).ok())
             .collect();
-        resolve(&svc, port, &pods).map_err(|e| e.to_string())
+        resolve_port(&svc, port, &pods).map_err(|e| e.to_string())
     }
 
     /// Relays one accepted connection to its pod, or closes it.
-    async fn forward(&self, service: String, port: String, mut inbound: TcpStream) {
-        let target = match self.endpoint(&service, &port) {
-            Ok(target) => target,
-            Err(e) => {
-                self.record(format!("connection refused: {e}"));
-                return;
-            }
-        };
+    async fn forward(&self, service: String, port: String, inbound: TcpStream) {
+        let what = format!("service {service} port {port:?}");
+        match self.endpoint(&service, &PortRef::Name(port)) {
+            Ok(target) => self.relay(&what, target, inbound).await,
+            Err(e) => self.record(format!("connection refused: {e}")),
+        }
+    }
+
+    /// Connects to `target` and relays byte for byte between it and
+    /// `inbound` until either side closes; a failed connect is recorded
+    /// (naming `what`) and closes `inbound`.
+    pub(crate) async fn relay(&self, what: &str, target: SocketAddr, mut inbound: TcpStream) {
         let outbound = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await;
         let mut outbound = match outbound {
             Ok(Ok(stream)) => stream,
             Ok(Err(e)) => {
-                self.record(format!(
-                    "service {service} port {port:?}: connecting to {target}: {e}"
-                ));
+                self.record(format!("{what}: connecting to {target}: {e}"));
                 return;
             }
             Err(_) => {
-                self.record(format!(
-                    "service {service} port {port:?}: connecting to {target}: timed out"
-                ));
+                self.record(format!("{what}: connecting to {target}: timed out"));
                 return;
             }
         };
         if let Err(e) = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await {
-            debug!(service, port, %target, "forwarded connection ended: {e}");
-        }
-    }
-}
-
-/// Accepts connections until aborted; aborting also drops the connections.
-async fn serve(shared: Arc<Shared>, listener: TcpListener, service: String, port: String) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let shared = shared.clone();
-                    let (service, port) = (service.clone(), port.clone());
-                    connections.spawn(async move { shared.forward(service, port, stream).await });
-                }
-                Err(e) => {
-                    warn!(service, port, "accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            debug!(%target, "{what}: forwarded connection ended: {e}");
         }
     }
 }
@@ -537,12 +535,25 @@ pub fn resolve(
     port_name: &str,
     pods: &[Pod],
 ) -> Result<SocketAddr, ResolveError> {
+    resolve_port(service, &PortRef::Name(port_name.to_string()), pods)
+}
+
+/// [`resolve`], for a Service port given by name or by number (`port`,
+/// as a Gateway route's backendRef names it).
+pub fn resolve_port(
+    service: &Service,
+    port_ref: &PortRef,
+    pods: &[Pod],
+) -> Result<SocketAddr, ResolveError> {
     let svc_name = name(service);
     let port = tcp_ports(service)
-        .find(|p| p.name.as_deref().unwrap_or_default() == port_name)
+        .find(|p| match port_ref {
+            PortRef::Name(n) => p.name.as_deref().unwrap_or_default() == n,
+            PortRef::Number(n) => p.port == i32::from(*n),
+        })
         .ok_or_else(|| ResolveError::NoSuchPort {
             service: svc_name.clone(),
-            port: port_name.to_string(),
+            port: port_ref.clone(),
         })?;
     let selector = service
         .spec
@@ -583,13 +594,13 @@ pub fn resolve(
         [(_, addr)] => Ok(*addr),
         [] => Err(ResolveError::NoEndpoint {
             service: svc_name,
-            port: port_name.to_string(),
+            port: port_ref.clone(),
             target,
             selected: excluded,
         }),
         many => Err(ResolveError::Ambiguous {
             service: svc_name,
-            port: port_name.to_string(),
+            port: port_ref.clone(),
             target,
             pods: many.iter().map(|(n, a)| format!("{n} ({a})")).collect(),
         }),
@@ -641,6 +652,7 @@ mod tests {
         Container, ContainerPort, PodCondition, PodSpec, PodStatus, ServiceSpec,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use tokio::net::TcpListener;
 
     fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
         Some(
@@ -803,6 +815,28 @@ mod tests {
     }
 
     #[test]
+    fn a_port_by_number_resolves_as_by_name() {
+        let pods = [
+            pod("vc-0-0-0", 0, "127.0.1.1", true),
+            pod("vc-0-1-0", 1, "127.0.1.2", true),
+        ];
+        for (number, name) in [(6379, "vk-n0"), (6380, "vk-n1")] {
+            assert_eq!(
+                resolve_port(&named(), &PortRef::Number(number), &pods),
+                resolve(&named(), name, &pods)
+            );
+        }
+        assert_eq!(
+            resolve_port(&named(), &PortRef::Number(6380), &pods),
+            Ok("127.0.1.2:6379".parse().unwrap())
+        );
+        let err = resolve_port(&named(), &PortRef::Number(7000), &pods).unwrap_err();
+        assert_eq!(err.to_string(), "service vc-shard-0: no port 7000");
+        let err = resolve(&named(), "vk-n9", &pods).unwrap_err();
+        assert_eq!(err.to_string(), "service vc-shard-0: no port \"vk-n9\"");
+    }
+
+    #[test]
     fn listen_addresses_follow_the_service_type() {
         let node = [Ipv4Addr::LOCALHOST];
         let svc = named();
@@ -900,6 +934,7 @@ mod tests {
             ProxyOptions {
                 node_ips: vec![Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 6, 201)],
                 load_balancer_network: Ipv4Addr::new(127, 0, 6, 0),
+                gateway_network: Ipv4Addr::new(127, 0, 11, 0),
                 namespace: "default".into(),
             },
         )

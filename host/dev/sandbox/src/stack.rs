@@ -31,6 +31,7 @@ use shardgate_valkey::{CLIENT_PORT, Dial, Login, NodeClient, Trust};
 use shardgate_wasm::{Engine, Limits, Reconciler};
 
 use crate::certs::Authority;
+use crate::gateway_api;
 use crate::kubelet::{Kubelet, KubeletOptions};
 use crate::nodes::{MAX_NODES, SandboxNode, sandbox_nodes};
 use crate::proxy::{Proxy, ProxyOptions};
@@ -50,6 +51,13 @@ pub struct Options {
     pub nodes: u32,
     /// Shard `s`'s LoadBalancer ingress is `.s` of this network.
     pub load_balancer_network: Ipv4Addr,
+    /// Gateways (Gateway API) get addresses `.1`, `.2`, ... of this
+    /// network, in name order (see [`crate::gateway`]).
+    pub gateway_network: Ipv4Addr,
+    /// Objects created in the cluster's namespace before it (a Gateway, a
+    /// Secret, ...), in order; each of a kind the sandbox's API server
+    /// serves. A namespace other than the cluster's is refused.
+    pub objects: Vec<Value>,
     /// How soon the operator looks again at a reshaping cluster (the
     /// default, adaptive; benches compare it with a fixed tick).
     pub recheck: operator::Recheck,
@@ -58,8 +66,8 @@ pub struct Options {
 impl Options {
     /// Runs `valkey_server` with state under `work_dir`, on the default
     /// loopback addresses: pods on 127.0.1.x, three nodes on 127.0.3.x
-    /// (InternalIP) and 127.0.4.x (ExternalIP), and LoadBalancers on
-    /// 127.0.2.x.
+    /// (InternalIP) and 127.0.4.x (ExternalIP), LoadBalancers on
+    /// 127.0.2.x and Gateways on 127.0.6.x; no objects besides the cluster.
     pub fn new(valkey_server: PathBuf, work_dir: PathBuf) -> Self {
         Options {
             valkey_server,
@@ -67,6 +75,8 @@ impl Options {
             pod_network: Ipv4Addr::new(127, 0, 1, 0),
             nodes: 3,
             load_balancer_network: Ipv4Addr::new(127, 0, 2, 0),
+            gateway_network: Ipv4Addr::new(127, 0, 6, 0),
+            objects: Vec::new(),
             recheck: operator::Recheck::default(),
         }
     }
@@ -170,6 +180,8 @@ impl SandboxTls {
         }
         let lb = options.load_balancer_network.octets();
         names.extend((0..64).map(|s| Ipv4Addr::new(lb[0], lb[1], lb[2], s).to_string()));
+        let gw = options.gateway_network.octets();
+        names.extend((1..=16).map(|g| Ipv4Addr::new(gw[0], gw[1], gw[2], g).to_string()));
         let dir = options.work_dir.join("tls");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let ca_file = dir.join("ca.crt");
@@ -248,14 +260,12 @@ impl Sandbox {
 
         // JSON is YAML too.
         let crd = serde_json::to_string(&ValkeyCluster::crd())?;
-        let emu = Arc::new(
-            Emulator::builder()
-                .custom_resource(CustomResource::from_crd_yaml(&crd)?)
-                .statefulset_controller(true)
-                .namespace(&namespace)
-                .start()
-                .await?,
-        );
+        let builder = Emulator::builder()
+            .custom_resource(CustomResource::from_crd_yaml(&crd)?)
+            .statefulset_controller(true)
+            .namespace(&namespace);
+        let emu = Arc::new(gateway_api::register(builder).start().await?);
+        create_objects(&emu, &namespace, &options.objects)?;
         let client = emu.client().await?;
         let nodes = options.node_list();
         let tls = match &cluster.spec.tls {
@@ -285,6 +295,7 @@ impl Sandbox {
                     .flat_map(|n| [n.internal_ip, n.external_ip])
                     .collect(),
                 load_balancer_network: options.load_balancer_network,
+                gateway_network: options.gateway_network,
                 namespace: namespace.clone(),
             },
         )?;
@@ -412,10 +423,15 @@ impl Sandbox {
     }
 
     /// The sandbox's DNS: where an announced host leads. An IP is itself; a
-    /// hostname leads to its node's own load balancer, else its shard's,
-    /// else to node 0's InternalIP (every NodePort listens on every node).
+    /// hostname leads to the Gateway's address when the cluster's spec
+    /// names one (`externalAccess.gateway.gatewayRef.name`), else to its
+    /// node's own load balancer, else its shard's, else to node 0's
+    /// InternalIP (every NodePort listens on every node).
     pub fn resolve(&self, shard: u32, node: u32, host: &str) -> IpAddr {
         if let Ok(ip) = host.parse() {
+            return ip;
+        }
+        if let Some(ip) = self.gateway_address() {
             return ip;
         }
         let ingress = |service: String| {
@@ -427,6 +443,17 @@ impl Sandbox {
         ingress(names::node_service(&self.name, shard, node))
             .or_else(|| ingress(names::shard_service(&self.name, shard)))
             .unwrap_or(IpAddr::V4(SandboxNode::new(0).internal_ip))
+    }
+
+    /// The address of the Gateway the cluster's spec names, once the
+    /// sandbox's gateway has given it one. Read as JSON from the stored
+    /// cluster, so it works whether or not this build's ValkeyCluster type
+    /// knows `externalAccess.gateway`.
+    pub fn gateway_address(&self) -> Option<IpAddr> {
+        let cluster = self
+            .emu
+            .get("valkeyclusters", &self.namespace, &self.name)?;
+        gateway_address(&self.emu, &self.namespace, &cluster)
     }
 
     /// Key `key` of Secret `name` in the sandbox's namespace, as text.
@@ -577,6 +604,63 @@ impl Sandbox {
     }
 }
 
+/// The Gateway a cluster object names in
+/// `spec.externalAccess.gateway.gatewayRef.name`, if any.
+pub fn gateway_ref(cluster: &Value) -> Option<String> {
+    cluster["spec"]["externalAccess"]["gateway"]["gatewayRef"]["name"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// The first address in the status of the Gateway that `cluster` (an
+/// object in `namespace`) names ([`gateway_ref`]), if both exist.
+pub fn gateway_address(emu: &Emulator, namespace: &str, cluster: &Value) -> Option<IpAddr> {
+    let object = emu.get(
+        &format!(
+            "{}/{}/Gateway",
+            gateway_api::GROUP,
+            gateway_api::GATEWAY_VERSION
+        ),
+        namespace,
+        &gateway_ref(cluster)?,
+    )?;
+    object["status"]["addresses"]
+        .as_array()?
+        .iter()
+        .find_map(|a| a["value"].as_str()?.parse().ok())
+}
+
+/// Creates `objects` in `namespace` (their namespace if unset), in order.
+/// An object of a kind `emu` does not serve, or in another namespace, is
+/// an error naming it.
+pub fn create_objects(emu: &Emulator, namespace: &str, objects: &[Value]) -> anyhow::Result<()> {
+    for (i, object) in objects.iter().enumerate() {
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let what = format!("object {} ({api_version} {kind} {name:?})", i + 1);
+        let Some(namespaced) = emu.namespaced(&format!("{api_version}/{kind}")) else {
+            bail!(
+                "{what}: the sandbox's API server does not serve kind {kind:?} of \
+                 apiVersion {api_version:?}"
+            );
+        };
+        let mut object = object.clone();
+        match object["metadata"]["namespace"].as_str() {
+            _ if !namespaced => {}
+            None => object["metadata"]["namespace"] = Value::String(namespace.into()),
+            Some(ns) if ns == namespace => {}
+            Some(ns) => bail!(
+                "{what}: namespace {ns:?}: the sandbox serves one namespace, the cluster's \
+                 ({namespace:?})"
+            ),
+        }
+        emu.create(object)
+            .with_context(|| format!("creating {what}"))?;
+    }
+    Ok(())
+}
+
 async fn my_id(addr: SocketAddr, dial: &Dial) -> anyhow::Result<String> {
     let mut c = NodeClient::dial(addr, dial).await?;
     Ok(c.my_id().await?)
@@ -589,4 +673,82 @@ pub fn secret_value(emu: &Emulator, namespace: &str, name: &str, key: &str) -> O
     let encoded = secret["data"][key].as_str()?;
     let bytes: ByteString = serde_json::from_value(Value::String(encoded.into())).ok()?;
     String::from_utf8(bytes.0).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    async fn emulator() -> Emulator {
+        gateway_api::register(Emulator::builder().namespace("ns"))
+            .start()
+            .await
+            .unwrap()
+    }
+
+    fn gateway(namespace: Option<&str>) -> Value {
+        let mut gw = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "valkey"},
+               "spec": {"gatewayClassName": "sandbox",
+                        "listeners": [{"name": "tcp-7000", "port": 7000, "protocol": "TCP"}]}});
+        if let Some(ns) = namespace {
+            gw["metadata"]["namespace"] = json!(ns);
+        }
+        gw
+    }
+
+    #[tokio::test]
+    async fn objects_are_created_in_the_clusters_namespace_if_served() {
+        let emu = emulator().await;
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}});
+        create_objects(&emu, "ns", &[gateway(None), node]).unwrap();
+        assert!(emu.get("Gateway", "ns", "valkey").is_some());
+        assert!(emu.get("Node", "", "n").is_some(), "cluster-scoped: as is");
+        let err = create_objects(&emu, "ns", &[gateway(Some("ns"))]).unwrap_err();
+        assert!(format!("{err:#}").contains("already exists"), "{err:#}");
+
+        let widget = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                            "metadata": {"name": "w"}});
+        let err = create_objects(&emu, "ns", &[widget])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("object 1 (example.com/v1 Widget \"w\")")
+                && err.contains("does not serve kind \"Widget\""),
+            "{err}"
+        );
+        let err = create_objects(&emu, "ns", &[gateway(Some("other"))])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("namespace \"other\""), "{err}");
+        emu.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_cluster_naming_a_gateway_leads_to_its_address() {
+        let emu = emulator().await;
+        create_objects(&emu, "ns", &[gateway(None)]).unwrap();
+        let cluster = |gateway: Value| json!({"spec": {"externalAccess": {"enabled": true, "gateway": gateway}}});
+        let named = cluster(json!({"gatewayRef": {"name": "valkey"}, "basePort": 7000}));
+        assert_eq!(gateway_ref(&named).as_deref(), Some("valkey"));
+        assert_eq!(gateway_ref(&json!({"spec": {}})), None);
+        // No address yet: the DNS falls back as before.
+        assert_eq!(gateway_address(&emu, "ns", &named), None);
+        emu.patch_status(
+            "Gateway",
+            "ns",
+            "valkey",
+            "test",
+            json!({"status": {"addresses": [{"type": "IPAddress", "value": "127.0.6.1"}]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            gateway_address(&emu, "ns", &named),
+            Some("127.0.6.1".parse().unwrap())
+        );
+        let other = cluster(json!({"gatewayRef": {"name": "other"}}));
+        assert_eq!(gateway_address(&emu, "ns", &other), None);
+        emu.shutdown().await;
+    }
 }
