@@ -1309,6 +1309,7 @@ def main() -> int:
         "helm/shardgate/templates/NOTES.txt", "helm/shardgate/crds/valkeyclusters.shardgate.io.yaml",
         "samples/valkeycluster-external.yaml", "samples/valkeycluster-nodeport-ip.yaml",
         "samples/valkeycluster-loadbalancer.yaml", "samples/valkeycluster-tls.yaml",
+        "samples/valkeycluster-gateway.yaml",
     ]
     report.check("F3 the documented deploy/ files exist",
                  lambda: [f"deploy/{f} is missing" for f in required_files
@@ -1462,9 +1463,32 @@ def main() -> int:
         for p in sample_files:
             if not p.read_text().lstrip().startswith("#"):
                 problems.append(f"{rel(p)}: must start with a comment saying what it shows")
-            for i, d in enumerate(k8s_docs(p)):
+            docs = k8s_docs(p)
+            gateways = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Gateway"}
+            for i, d in enumerate(docs):
+                if d.get("kind") == "Gateway":
+                    if d.get("apiVersion") != "gateway.networking.k8s.io/v1":
+                        problems.append(f"{rel(p)} document {i}: a Gateway must be gateway.networking.k8s.io/v1")
+                    continue
                 problems += [f"{rel(p)} document {i}: {x}" for x in custom_object_problems(c, d)]
+                problems += [f"{rel(p)} document {i}: {x}" for x in gateway_listener_problems(d, gateways)]
         return problems
+
+    def gateway_listener_problems(cluster: dict, gateways: dict) -> list[str]:
+        # A sample's Gateway has a TCP listener for every node the cluster
+        # routes through it: basePort + s*(replicas+1) + n.
+        spec = cluster.get("spec", {})
+        gw = spec.get("externalAccess", {}).get("gateway")
+        if not gw:
+            return []
+        name = gw["gatewayRef"]["name"]
+        if name not in gateways:
+            return [f"names Gateway {name!r}, which the sample does not hold"]
+        ports = {l["port"] for l in gateways[name]["spec"].get("listeners", []) if l.get("protocol") == "TCP"}
+        nodes = spec.get("replicas", 0) + 1
+        want = {gw["basePort"] + s * nodes + n for s in range(spec.get("shards", 3)) for n in range(nodes)}
+        missing = sorted(want - ports)
+        return [f"Gateway {name!r} lacks TCP listeners {missing}"] if missing else []
 
     report.check(f"P1-P3 {len(sample_files)} samples are valid ValkeyClusters (schema with defaults, "
                  "unknown fields, every CEL rule)", check_samples)

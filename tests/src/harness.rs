@@ -49,25 +49,51 @@ pub async fn emulator() -> Emulator {
 }
 
 /// The emulator of [`emulator`], also serving the Gateway API kinds the
-/// operator uses (Gateway `v1`, TCPRoute and TLSRoute `v1alpha2`).
+/// operator uses, as the sandbox does.
 pub async fn emulator_with_gateway_api() -> Emulator {
-    let mut builder = Emulator::builder()
+    let builder = Emulator::builder()
         .custom_resource(CustomResource::from_crd_yaml(CRD).unwrap())
         .statefulset_controller(true)
         .bookmark_interval(Duration::from_millis(500));
-    for (version, kind, plural) in [
-        ("v1", "Gateway", "gateways"),
-        ("v1alpha2", "TCPRoute", "tcproutes"),
-        ("v1alpha2", "TLSRoute", "tlsroutes"),
-    ] {
-        builder = builder.custom_resource(CustomResource::namespaced(
-            "gateway.networking.k8s.io",
-            version,
-            kind,
-            plural,
-        ));
-    }
-    builder.start().await.unwrap()
+    shardgate_sandbox::gateway_api::register(builder)
+        .start()
+        .await
+        .unwrap()
+}
+
+/// A Gateway `name` with a TCP listener `valkey-<port>` on each of `ports`,
+/// as its owner writes it.
+pub fn gateway_object(name: &str, ports: impl IntoIterator<Item = u32>) -> Value {
+    let listeners: Vec<Value> = ports
+        .into_iter()
+        .map(|p| json!({"name": format!("valkey-{p}"), "port": p, "protocol": "TCP"}))
+        .collect();
+    json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"gatewayClassName": "example", "listeners": listeners}})
+}
+
+/// Applies `gateway` (a [`gateway_object`]) as its owner, manager
+/// `gateway-owner`: created, or its listeners replaced.
+pub async fn apply_gateway(emu: &Emulator, gateway: &Value) {
+    let resource = kube::api::ApiResource {
+        group: "gateway.networking.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "gateway.networking.k8s.io/v1".into(),
+        kind: "Gateway".into(),
+        plural: "gateways".into(),
+    };
+    let namespace = gateway["metadata"]["namespace"].as_str().unwrap_or(NS);
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(emu.client().await.unwrap(), namespace, &resource);
+    let name = gateway["metadata"]["name"].as_str().unwrap();
+    api.patch(
+        name,
+        &PatchParams::apply("gateway-owner").force(),
+        &Patch::Apply(gateway),
+    )
+    .await
+    .unwrap();
 }
 
 /// How a harness operator is set up.

@@ -22,15 +22,20 @@ pub const KEYS: usize = 10_000;
 
 /// Writes `key-0..KEYS` with values `<tag>-<i>`, 64 in flight.
 pub async fn write_keys(conn: &ClusterConnection, tag: &str) {
+    write_keys_named(conn, "key", tag).await
+}
+
+/// Writes `<prefix>-0..KEYS` with values `<tag>-<i>`, 64 in flight.
+pub async fn write_keys_named(conn: &ClusterConnection, prefix: &str, tag: &str) {
     stream::iter(0..KEYS)
         .map(|i| {
             let mut c = conn.clone();
-            let tag = tag.to_string();
+            let (key, value) = (format!("{prefix}-{i}"), format!("{tag}-{i}"));
             async move {
                 let started = Instant::now();
-                c.set::<_, _, ()>(format!("key-{i}"), format!("{tag}-{i}"))
+                c.set::<_, _, ()>(&key, value)
                     .await
-                    .map_err(|e| format!("SET key-{i} after {:?}: {e}", started.elapsed()))
+                    .map_err(|e| format!("SET {key} after {:?}: {e}", started.elapsed()))
             }
         })
         .buffer_unordered(64)
@@ -42,10 +47,16 @@ pub async fn write_keys(conn: &ClusterConnection, tag: &str) {
 /// Reads every key back and checks its value; returns how many were
 /// verified.
 pub async fn read_keys(conn: &ClusterConnection, tag: &str) -> usize {
+    read_keys_named(conn, "key", tag).await
+}
+
+/// [`read_keys`] of `<prefix>-0..KEYS`.
+pub async fn read_keys_named(conn: &ClusterConnection, prefix: &str, tag: &str) -> usize {
     let got: Vec<(usize, Option<String>)> = stream::iter(0..KEYS)
         .map(|i| {
             let mut c = conn.clone();
-            async move { c.get(format!("key-{i}")).await.map(|v| (i, v)) }
+            let key = format!("{prefix}-{i}");
+            async move { c.get(key).await.map(|v| (i, v)) }
         })
         .buffer_unordered(64)
         .try_collect()
@@ -53,7 +64,7 @@ pub async fn read_keys(conn: &ClusterConnection, tag: &str) -> usize {
         .unwrap();
     assert_eq!(got.len(), KEYS);
     for (i, v) in &got {
-        assert_eq!(v, &Some(format!("{tag}-{i}")), "key-{i}");
+        assert_eq!(v, &Some(format!("{tag}-{i}")), "{prefix}-{i}");
     }
     got.len()
 }

@@ -11,6 +11,8 @@ use shardgate_sandbox::nodes::SandboxNode;
 use shardgate_sandbox::stack::{Ready, Sandbox};
 use shardgate_tests::e2e::{self, prove_data_path};
 use shardgate_tests::harness;
+use shardgate_tests::valkey::{KEYS, cluster_client_resolving, read_keys_named, write_keys_named};
+use shardgate_tests::wait;
 use tokio::sync::Mutex;
 
 /// The sandboxes share the loopback pod network: one at a time.
@@ -170,7 +172,133 @@ async fn a_hostname_per_node_with_external_dns() {
         assert_eq!(annotations["example.com/shard"], format!("s{shard}"));
     }
     prove_data_path(&sandbox, &ready, "pernode").await;
+    split_horizon(&sandbox, &ready).await;
     no_writes_at_steady_state(&sandbox).await;
+    sandbox.shutdown().await;
+}
+
+/// In-cluster and outside clients at once, each told other addresses for
+/// the announced hostnames, as the DNS override of docs/external-access.md
+/// does: the outside client's DNS leads each hostname to its pod's node's
+/// ExternalIP, the in-cluster client's to the host of the node's
+/// `inCluster` address (its pod's node's InternalIP). Both write and read
+/// back their keys concurrently, and neither ever dials the other's
+/// addresses (their resolvers know no other).
+async fn split_horizon(sandbox: &Sandbox, ready: &Ready) {
+    let vc = sandbox.api().get(sandbox.name()).await.unwrap();
+    let status = vc.status.unwrap();
+    let nodes = sandbox.nodes();
+    let mut outside = std::collections::BTreeMap::new();
+    let mut inside = std::collections::BTreeMap::new();
+    for shard in status.external_endpoints.iter().flatten() {
+        for n in &shard.nodes {
+            let in_cluster: std::net::SocketAddr = n.in_cluster.parse().unwrap();
+            assert_eq!(in_cluster.port() as i32, n.port, "{n:?}");
+            let node = nodes
+                .iter()
+                .find(|k| std::net::IpAddr::V4(k.internal_ip) == in_cluster.ip())
+                .unwrap_or_else(|| panic!("{n:?}: inCluster is not an InternalIP"));
+            inside.insert(n.host.clone(), in_cluster.ip());
+            outside.insert(n.host.clone(), std::net::IpAddr::V4(node.external_ip));
+        }
+    }
+    assert!(inside.values().all(|ip| !outside.values().any(|o| o == ip)));
+    let login = e2e::login_of(ready);
+    let seed = e2e::seed(&ready.endpoints[0]);
+    let (a, b) = tokio::join!(
+        cluster_client_resolving(&seed, Some(&login), e2e::Hosts(outside)),
+        cluster_client_resolving(&seed, Some(&login), e2e::Hosts(inside)),
+    );
+    tokio::join!(
+        write_keys_named(&a, "outside", "a"),
+        write_keys_named(&b, "inside", "b")
+    );
+    let (from_a, from_b) = tokio::join!(
+        read_keys_named(&a, "inside", "b"),
+        read_keys_named(&b, "outside", "a")
+    );
+    assert_eq!(
+        (from_a, from_b),
+        (KEYS, KEYS),
+        "each reads the other's keys"
+    );
+}
+
+/// Every node behind one Gateway: the sandbox's proxy is the Gateway (its
+/// listeners on 127.0.6.1), each node reached and announced on its own
+/// listener port, `basePort + shard * (replicas + 1) + node`. A listener
+/// removed from the Gateway is reported in `status.gateway` and its node
+/// stops being announced; added back, the cluster is whole again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_gateway_address_with_a_listener_per_node() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let yaml = cluster_yaml(
+        "gw",
+        json!({"enabled": true, "gateway": {"gatewayRef": {"name": "valkey"}, "basePort": 7100}}),
+    );
+    let gateway = |ports: &[u32]| harness::gateway_object("valkey", ports.iter().copied());
+    let (sandbox, ready, _work) =
+        e2e::start_with(&yaml, vec![gateway(&[7100, 7101, 7102, 7103])]).await;
+    let address = sandbox.gateway_address().expect("the Gateway's address");
+    for e in &ready.endpoints {
+        assert_eq!(e.host, address.to_string(), "{e:?}");
+        assert_eq!(e.port as u32, 7100 + e.shard * 2 + e.node, "{e:?}");
+    }
+    // The Gateway is the only way in: no Service has an external address.
+    assert!(external_services(&sandbox).is_empty());
+    prove_data_path(&sandbox, &ready, "gateway").await;
+    no_writes_at_steady_state(&sandbox).await;
+
+    // Shard 1 node 1's listener goes.
+    let emu = sandbox.emulator();
+    harness::apply_gateway(emu, &gateway(&[7100, 7101, 7102])).await;
+    let login = e2e::login_of(&ready);
+    let status = |s: &Sandbox| {
+        s.emulator()
+            .get("valkeyclusters", s.namespace(), s.name())
+            .unwrap()["status"]
+            .clone()
+    };
+    wait::until("7103 reported missing and not announced", e2e::WAIT, || {
+        let st = status(&sandbox);
+        (st["gateway"]["missingListeners"] == json!([7103])
+            && st["externalEndpoints"][1]["nodes"][1]["host"] == "")
+            .then_some(())
+    })
+    .await;
+    let s = status(&sandbox);
+    let c = s["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "ExternalAccessReady")
+        .unwrap();
+    assert_eq!(c["reason"], "GatewayListenersMissing", "{c}");
+    // No node announces the missing port any more.
+    let announced = |port: u16| {
+        let (sandbox, login) = (&sandbox, login.clone());
+        async move {
+            let addr = e2e::pod_addr(sandbox, 0, 0);
+            let mut c = e2e::plain(addr, &login).await;
+            let nodes: String = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            nodes.contains(&format!(":{port}@"))
+        }
+    };
+    e2e::eventually("node 1/1's announcement withdrawn", || {
+        let announced = announced(7103);
+        async move { !announced.await }
+    })
+    .await;
+
+    // The listener comes back: every node is announced again.
+    harness::apply_gateway(emu, &gateway(&[7100, 7101, 7102, 7103])).await;
+    let ready = sandbox.wait_ready(e2e::READY).await.unwrap();
+    assert!(ready.endpoints.iter().any(|e| e.port == 7103));
+    prove_data_path(&sandbox, &ready, "gateway-again").await;
     sandbox.shutdown().await;
 }
 
@@ -268,7 +396,7 @@ async fn a_load_balancer_per_node_and_live_switches_between_topologies() {
             .unwrap();
         // The old Services go only after the new ones are announced and the
         // grace period has passed.
-        shardgate_tests::wait::until_or(
+        wait::until_or(
             &format!("only the {topology} Services"),
             e2e::WAIT,
             || {

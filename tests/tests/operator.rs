@@ -726,32 +726,8 @@ async fn a_node_port_another_cluster_pins_is_refused_by_field() {
 
 /// A Gateway `valkey` with a TCP listener on each of `ports`, at 203.0.113.10.
 async fn gateway(emu: &Emulator, ports: &[u32]) {
-    let listeners: Vec<_> = ports
-        .iter()
-        .map(|p| json!({"name": format!("valkey-{p}"), "port": p, "protocol": "TCP"}))
-        .collect();
-    let client = emu.client().await.unwrap();
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        client,
-        NS,
-        &kube::api::ApiResource {
-            group: "gateway.networking.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "gateway.networking.k8s.io/v1".into(),
-            kind: "Gateway".into(),
-            plural: "gateways".into(),
-        },
-    );
-    let body = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": "valkey", "namespace": NS},
-        "spec": {"gatewayClassName": "example", "listeners": listeners}});
-    api.patch(
-        "valkey",
-        &PatchParams::apply("gateway-owner").force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .unwrap();
+    let gateway = harness::gateway_object("valkey", ports.iter().copied());
+    harness::apply_gateway(emu, &gateway).await;
     emu.patch_status(
         "gateways",
         NS,

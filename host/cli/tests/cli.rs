@@ -366,7 +366,7 @@ fn check_passes_every_sample() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("5 clusters checked, 0 with errors"),
+        stdout.contains("6 clusters checked, 0 with errors"),
         "{stdout}"
     );
 }

@@ -15,6 +15,48 @@ pub fn parse_cluster(text: &str) -> anyhow::Result<ValkeyCluster> {
     cluster_from_value(value)
 }
 
+/// The one ValkeyCluster of a manifest's documents, and every other
+/// document, in order (a Gateway the cluster names, say). Errors name the
+/// document.
+pub fn one_cluster(text: &str) -> anyhow::Result<(ValkeyCluster, Vec<serde_json::Value>)> {
+    let mut cluster = None;
+    let mut others = Vec::new();
+    for (i, document) in documents(text).into_iter().enumerate() {
+        let document = document.with_context(|| format!("document {}", i + 1))?;
+        if document.is_null() {
+            continue;
+        }
+        if document["kind"] != ValkeyCluster::kind(&()).as_ref() {
+            others.push(document);
+            continue;
+        }
+        if cluster.is_some() {
+            bail!(
+                "document {}: a second ValkeyCluster; one per manifest",
+                i + 1
+            );
+        }
+        cluster =
+            Some(cluster_from_value(document).with_context(|| format!("document {}", i + 1))?);
+    }
+    let Some(cluster) = cluster else {
+        let found: Vec<String> = others
+            .iter()
+            .map(|d| {
+                let field = |f: &str| d[f].as_str().unwrap_or("").to_string();
+                format!("{}/{}", field("apiVersion"), field("kind"))
+            })
+            .collect();
+        bail!(
+            "no ValkeyCluster in the manifest: apiVersion/kind: expected {}/{} in one document, found [{}]",
+            ValkeyCluster::api_version(&()),
+            ValkeyCluster::kind(&()),
+            found.join(", ")
+        );
+    };
+    Ok((cluster, others))
+}
+
 /// A ValkeyCluster from a parsed document. Errors name the field.
 pub fn cluster_from_value(value: serde_json::Value) -> anyhow::Result<ValkeyCluster> {
     let api_version = value
@@ -60,6 +102,40 @@ pub fn read(path: &Path) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const CLUSTER: &str = "apiVersion: shardgate.io/v1alpha1
+kind: ValkeyCluster
+metadata: {name: demo}
+spec: {shards: 3}
+";
+    const GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: valkey}
+spec: {gatewayClassName: sandbox, listeners: [{name: tcp-7000, port: 7000, protocol: TCP}]}
+";
+
+    #[test]
+    fn one_cluster_and_the_documents_beside_it() {
+        let (cluster, others) = one_cluster(&format!("{GATEWAY}---\n{CLUSTER}")).unwrap();
+        assert_eq!(cluster.metadata.name.as_deref(), Some("demo"));
+        assert_eq!(others.len(), 1);
+        assert_eq!(others[0]["kind"], "Gateway");
+        let (_, others) = one_cluster(CLUSTER).unwrap();
+        assert!(others.is_empty());
+        let err = one_cluster(GATEWAY).unwrap_err().to_string();
+        assert!(err.contains("no ValkeyCluster"), "{err}");
+        let err = format!(
+            "{:#}",
+            one_cluster(&format!("{CLUSTER}---\n{CLUSTER}")).unwrap_err()
+        );
+        assert!(err.contains("document 2: a second ValkeyCluster"), "{err}");
+        let bad = CLUSTER.replace("shards: 3", "shards: many");
+        let err = format!("{:#}", one_cluster(&bad).unwrap_err());
+        assert!(
+            err.contains("document 1") && err.contains("spec.shards"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn only_shardgate_clusters_are_read_and_the_upstream_group_gets_a_hint() {

@@ -9,11 +9,11 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use shardgate_contract::model::{NodeRef, Severity, Violation};
-use shardgate_k8s::convert;
+use shardgate_contract::model::{self as m, NodeRef, Severity, Violation};
 use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_k8s::manifest;
 use shardgate_k8s::status::{self, Outcome, Progress};
+use shardgate_k8s::{convert, gateway_api};
 use shardgate_wasm::{Engine, Limits, Reconciler};
 
 use super::load_module;
@@ -48,9 +48,14 @@ enum Format {
 
 impl RenderArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
-        let cluster = manifest::parse_cluster(&manifest::read(&self.file)?)
+        let (cluster, beside) = manifest::one_cluster(&manifest::read(&self.file)?)
             .with_context(|| format!("{}", self.file.display()))?;
         let mut observed = Observed::default();
+        // A Gateway given beside the cluster is read as it would be live.
+        for object in beside {
+            add_object(object, &mut observed)
+                .with_context(|| format!("{}", self.file.display()))?;
+        }
         for path in &self.observed {
             parse_observed(&manifest::read(path)?, &mut observed)
                 .with_context(|| format!("{}", path.display()))?;
@@ -95,6 +100,8 @@ pub struct Observed {
     pub services: Vec<Service>,
     pub pods: Vec<Pod>,
     pub clusters: Vec<ValkeyCluster>,
+    /// Gateway API Gateways, as given.
+    pub gateways: Vec<serde_json::Value>,
     /// `kind/name` of every object given, Services and Pods included: an
     /// object the cluster wants that is not among them would be applied.
     pub present: BTreeSet<String>,
@@ -160,9 +167,33 @@ fn add_object(value: serde_json::Value, into: &mut Observed) -> anyhow::Result<(
         "Service" => into.services.push(manifest::from_value(value).map_err(at)?),
         "Pod" => into.pods.push(manifest::from_value(value).map_err(at)?),
         "ValkeyCluster" => into.clusters.push(manifest::from_value(value).map_err(at)?),
+        "Gateway"
+            if value["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with(gateway_api::GROUP)) =>
+        {
+            into.gateways.push(value)
+        }
         _ => {}
     }
     Ok(())
+}
+
+/// The Gateway the cluster names, as render sees it: the Gateway API is
+/// assumed served, and the Gateway is the one given (in the manifest or
+/// as observed), else missing.
+fn gateway(cluster: &m::Cluster, gateways: &[serde_json::Value]) -> Option<m::GatewayFound> {
+    let name = &cluster.external_access.as_ref()?.gateway.as_ref()?.name;
+    let given = gateways.iter().find(|g| {
+        g["metadata"]["name"].as_str() == Some(name)
+            && g["metadata"]["namespace"]
+                .as_str()
+                .is_none_or(|ns| ns == cluster.namespace)
+    });
+    Some(match given {
+        Some(g) => m::GatewayFound::Found(gateway_api::observed_gateway(g)),
+        None => m::GatewayFound::Missing,
+    })
 }
 
 /// Computes the List for `cluster` given `observed`.
@@ -179,7 +210,8 @@ pub fn render(
         .filter(|c| c.namespace() == namespace && c.name_any() != cluster.name_any())
         .map(|c| c.name_any())
         .collect();
-    let input = convert::input(cluster, &observed.services, &observed.pods, others);
+    let mut input = convert::input(cluster, &observed.services, &observed.pods, others);
+    input.observed.gateway = gateway(&input.cluster, &observed.gateways);
     let desired = match reconciler.reconcile(&input)? {
         Ok(d) => d,
         Err(e) => {

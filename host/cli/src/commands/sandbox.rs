@@ -4,8 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
-use shardgate_k8s::crd::ValkeyCluster;
+use anyhow::Context;
 use shardgate_k8s::manifest;
 use shardgate_sandbox::{server_binary, stack};
 
@@ -52,7 +51,7 @@ impl SandboxArgs {
             LogFormat::Text,
             "warn,shardgate=info,shardgate_operator=info,shardgate_sandbox=info,shardgate_valkey=info",
         );
-        let (cluster, objects) = split(&manifest::read(&args.file)?)
+        let (cluster, objects) = manifest::one_cluster(&manifest::read(&args.file)?)
             .with_context(|| format!("reading {}", args.file.display()))?;
         let server = server_binary::find(args.valkey_server.as_deref())?;
         let (work_dir, temporary) = match &args.work_dir {
@@ -77,32 +76,6 @@ impl SandboxArgs {
         }
         result.map(|()| ExitCode::SUCCESS)
     }
-}
-
-/// The one ValkeyCluster of a manifest's documents, and every other
-/// document (in order), for the sandbox to create before it.
-fn split(text: &str) -> anyhow::Result<(ValkeyCluster, Vec<serde_json::Value>)> {
-    let mut cluster = None;
-    let mut objects = Vec::new();
-    for (i, document) in manifest::documents(text).into_iter().enumerate() {
-        let document = document?;
-        if document["kind"] != "ValkeyCluster" {
-            objects.push(document);
-            continue;
-        }
-        if cluster.is_some() {
-            bail!(
-                "document {}: a second ValkeyCluster; the sandbox runs one",
-                i + 1
-            );
-        }
-        cluster = Some(
-            manifest::cluster_from_value(document)
-                .with_context(|| format!("document {}", i + 1))?,
-        );
-    }
-    let cluster = cluster.context("no ValkeyCluster in the manifest")?;
-    Ok((cluster, objects))
 }
 
 /// Writes the kubeconfig, waits for the first Ready, then tells (and
@@ -198,48 +171,4 @@ fn tell(
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const CLUSTER: &str = "apiVersion: shardgate.io/v1alpha1
-kind: ValkeyCluster
-metadata: {name: demo}
-spec: {shards: 3}
-";
-    const GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: valkey}
-spec: {gatewayClassName: sandbox, listeners: [{name: tcp-7000, port: 7000, protocol: TCP}]}
-";
-
-    #[test]
-    fn the_cluster_and_the_objects_before_it() {
-        let (cluster, objects) = split(&format!("{GATEWAY}---\n{CLUSTER}")).unwrap();
-        assert_eq!(cluster.metadata.name.as_deref(), Some("demo"));
-        assert_eq!(objects.len(), 1);
-        assert_eq!(objects[0]["kind"], "Gateway");
-        // A lone cluster, as before.
-        let (_, objects) = split(CLUSTER).unwrap();
-        assert!(objects.is_empty());
-    }
-
-    #[test]
-    fn one_cluster_exactly() {
-        let err = split(GATEWAY).unwrap_err().to_string();
-        assert!(err.contains("no ValkeyCluster"), "{err}");
-        let err = format!(
-            "{:#}",
-            split(&format!("{CLUSTER}---\n{CLUSTER}")).unwrap_err()
-        );
-        assert!(err.contains("document 2: a second ValkeyCluster"), "{err}");
-        let bad = CLUSTER.replace("shards: 3", "shards: many");
-        let err = format!("{:#}", split(&bad).unwrap_err());
-        assert!(
-            err.contains("document 1") && err.contains("spec.shards"),
-            "{err}"
-        );
-    }
 }
