@@ -1,9 +1,9 @@
 //! Isolation that holds: a module that sleeps, polls a timer, reads
 //! standard input, calls exit or loops is stopped within its deadline (or
 //! answered at once), with an error that says why, by the module itself,
-//! by the check `shardgate check-module` runs, and in the operator's
-//! reconcile path; and a module that fails one cluster among ten healthy
-//! ones is rolled back.
+//! by the check `shardgate check-module` runs, by the admission webhook,
+//! and in the operator's reconcile path; and a module that fails one
+//! cluster among ten healthy ones is rolled back.
 //!
 //! Nothing here asserts a tight wall-clock bound: every call runs on a
 //! thread the test abandons after a generous minute ([`within`]), so a
@@ -186,6 +186,58 @@ fn the_module_check_stops_each_misbehaviour_with_its_reason() {
         assert!(
             rejection.to_string().contains(reason),
             "{name}: {rejection}"
+        );
+    }
+}
+
+/// An AdmissionReview creating a one-shard cluster named `name`.
+fn admission(name: &str) -> kube::core::admission::AdmissionReview<kube::core::DynamicObject> {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "00000000-0000-0000-0000-000000000001",
+            "kind": {"group": "shardgate.io", "version": "v1alpha1", "kind": "ValkeyCluster"},
+            "resource": {"group": "shardgate.io", "version": "v1alpha1", "resource": "valkeyclusters"},
+            "name": name,
+            "namespace": "default",
+            "operation": "CREATE",
+            "userInfo": {"username": "admin"},
+            "object": {"apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
+                "metadata": {"name": name, "namespace": "default"}, "spec": {"shards": 1}},
+        }
+    }))
+    .unwrap()
+}
+
+/// The webhook runs the same module: each misbehaviour is stopped within
+/// the deadline and the review is answered, denied with the reason (the
+/// webhook fails closed; its `failurePolicy` is for when it cannot answer).
+#[test]
+fn the_webhook_stops_each_misbehaviour_and_denies_with_the_reason() {
+    for (name, reason) in [
+        ("loop", "exceeded its deadline of 200ms"),
+        ("sleep", "may not wait"),
+        ("poll", "may not wait"),
+        ("exit", "called exit(1)"),
+        ("trap", "unreachable"),
+        ("stdin", "read 0 bytes from stdin"),
+    ] {
+        let response = within(name, move || {
+            let module = misbehave();
+            let review =
+                shardgate_webhook::review(&module, &shardgate_webhook::NoClusters, admission(name));
+            review.response.expect("an answer")
+        });
+        println!(
+            "webhook on {name:?}: allowed {}, {}",
+            response.allowed, response.result.message
+        );
+        assert!(!response.allowed, "{name}: admitted");
+        assert!(
+            response.result.message.contains(reason),
+            "{name}: {}",
+            response.result.message
         );
     }
 }
