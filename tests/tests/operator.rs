@@ -724,6 +724,47 @@ async fn a_node_port_another_cluster_pins_is_refused_by_field() {
     op.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_node_port_the_api_server_refuses_is_named_in_status() {
+    let emu = emulator().await;
+    // A Service of no ValkeyCluster holds 30301: the webhook and the
+    // operator cannot see it; only the API server can refuse the port.
+    emu.create(json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "someone-else", "namespace": NS},
+        "spec": {"type": "NodePort", "selector": {"app": "x"},
+                 "ports": [{"port": 80, "nodePort": 30301}]}}))
+        .unwrap();
+    let op = Operator::start(&emu, "solo").await;
+    let mut ea = nodeport();
+    ea["nodePorts"] = json!({"base": 30300});
+    create(&emu, cluster("late", 2, 0, ea)).await;
+    eventually(&emu, "the taken port told in status", |e| {
+        status(e, "late")["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                let m = c["message"].as_str().unwrap_or_default();
+                c["type"] == "Degraded"
+                    && c["status"] == "True"
+                    && m.contains("spec.externalAccess.nodePorts.base")
+                    && m.contains("NodePort 30301 is already allocated")
+                    && m.contains("shardgate-late-shard-1")
+            })
+    })
+    .await;
+    assert!(
+        harness::metric_sum(
+            &op.metrics,
+            "shardgate_reconcile_errors_total{reason=\"NodePortTaken\"}"
+        ) > 0
+    );
+    // The other Service holds its port; nothing was taken from it.
+    let other = emu.get("services", NS, "someone-else").unwrap();
+    assert_eq!(other["spec"]["ports"][0]["nodePort"], 30301);
+    op.stop().await;
+}
+
 /// A Gateway `valkey` with a TCP listener on each of `ports`, at 203.0.113.10.
 async fn gateway(emu: &Emulator, ports: &[u32]) {
     let gateway = harness::gateway_object("valkey", ports.iter().copied());

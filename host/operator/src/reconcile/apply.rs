@@ -53,7 +53,9 @@ pub async fn run(ctx: &Context, vc: &ValkeyCluster, objects: &Objects) -> Result
     let mut changes = Changes::default();
     let caches = &ctx.caches;
     for svc in &objects.shard_services {
-        one(ctx, &caches.services, svc, "services", &mut changes).await?;
+        one(ctx, &caches.services, svc, "services", &mut changes)
+            .await
+            .map_err(|e| taken(vc, &svc.name_any(), e))?;
     }
     for n in &objects.nodes {
         one(
@@ -112,6 +114,45 @@ pub async fn run(ctx: &Context, vc: &ValkeyCluster, objects: &Objects) -> Result
     Ok(changes)
 }
 
+/// `e`, or when the API server refused a NodePort as already allocated,
+/// which pin of the spec asked for it.
+fn taken(vc: &ValkeyCluster, service: &str, e: Error) -> Error {
+    let Some(port) = (match &e {
+        Error::Kube(k) => super::error::node_port_taken(k),
+        _ => None,
+    }) else {
+        return e;
+    };
+    Error::NodePortTaken {
+        field: pin_field(&shardgate_k8s::convert::cluster(vc), port),
+        port,
+        service: service.to_string(),
+    }
+}
+
+/// The field of `cluster` that pins NodePort `port`.
+fn pin_field(cluster: &shardgate_contract::model::Cluster, port: u32) -> String {
+    const AT: &str = "spec.externalAccess.nodePorts";
+    let Some(pins) = cluster
+        .external_access
+        .as_ref()
+        .and_then(|ea| ea.node_ports.as_ref())
+    else {
+        return AT.to_string();
+    };
+    if pins.base.is_some() {
+        return format!("{AT}.base");
+    }
+    let (shards, nodes) = (
+        cluster.shards.max(0) as u32,
+        cluster.replicas.max(0) as u32 + 1,
+    );
+    shardgate_contract::ports::every_pin(pins, shards, nodes)
+        .into_iter()
+        .find(|&(_, _, p)| p == port)
+        .map_or(AT.to_string(), |(s, n, _)| format!("{AT}.ports[{s}][{n}]"))
+}
+
 /// The status already reports exactly these conflicts (the Event was sent).
 fn already_reported(vc: &ValkeyCluster, conflicts: &[String]) -> bool {
     vc.status.as_ref().is_some_and(|s| {
@@ -148,6 +189,41 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_taken_node_port_is_blamed_on_the_pin_that_asked_for_it() {
+        use shardgate_contract::model::{Cluster, ExternalAccess, NodePorts};
+        let with = |pins: Option<NodePorts>| Cluster {
+            shards: 2,
+            replicas: 1,
+            external_access: Some(ExternalAccess {
+                node_ports: pins,
+                ..ExternalAccess::default()
+            }),
+            ..Cluster::default()
+        };
+        let base = Some(NodePorts {
+            base: Some(30100),
+            ports: vec![],
+        });
+        let list = Some(NodePorts {
+            base: None,
+            ports: vec![vec![31000, 31001], vec![31010, 31011]],
+        });
+        // (pins, refused port) => field
+        for (pins, port, want) in [
+            (base, 30102, "spec.externalAccess.nodePorts.base"),
+            (
+                list.clone(),
+                31010,
+                "spec.externalAccess.nodePorts.ports[1][0]",
+            ),
+            (list, 32000, "spec.externalAccess.nodePorts"),
+            (None, 30000, "spec.externalAccess.nodePorts"),
+        ] {
+            assert_eq!(pin_field(&with(pins), port), want, "{port}");
+        }
+    }
 
     #[test]
     fn creates_and_updates_count_as_changes_and_creates_are_named() {

@@ -24,6 +24,17 @@ pub enum Error {
     Valkey(Box<shardgate_valkey::Error>),
     #[error("{0}")]
     Topology(Box<shardgate_valkey::StepError>),
+    /// The API server refused a pinned NodePort that something outside
+    /// shardgate's view holds (a Service of no ValkeyCluster).
+    #[error(
+        "{field}: NodePort {port} is already allocated to a Service outside this operator's \
+         view, so Service {service} was not applied; pin another port or free it"
+    )]
+    NodePortTaken {
+        field: String,
+        port: u32,
+        service: String,
+    },
 }
 
 impl From<shardgate_valkey::Error> for Error {
@@ -47,6 +58,63 @@ impl Error {
             Error::Incomplete => "Incomplete",
             Error::Conflict(_) => "NameConflict",
             Error::Valkey(_) | Error::Topology(_) => "ValkeyFailed",
+            Error::NodePortTaken { .. } => "NodePortTaken",
+        }
+    }
+}
+
+/// The NodePort an API server's refusal says is already allocated
+/// (`spec.ports[i].nodePort: Invalid value: 30300: provided port is
+/// already allocated`), if that is what it says.
+pub fn node_port_taken(e: &kube::Error) -> Option<u32> {
+    let kube::Error::Api(status) = e else {
+        return None;
+    };
+    if status.code != 422 {
+        return None;
+    }
+    let (before, _) = status
+        .message
+        .split_once(": provided port is already allocated")?;
+    before.rsplit_once("Invalid value: ")?.1.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure(message, "Invalid").with_code(code),
+        ))
+    }
+
+    #[test]
+    fn a_taken_node_port_is_read_from_the_refusal() {
+        // (code, message) => the port
+        for (code, message, want) in [
+            (
+                422,
+                "Service \"x\" is invalid: spec.ports[1].nodePort: Invalid value: 30300: provided port is already allocated",
+                Some(30300),
+            ),
+            (
+                422,
+                "spec.ports[0].nodePort: Invalid value: 70000: provided port is not in the valid range",
+                None,
+            ),
+            (
+                409,
+                "Invalid value: 30300: provided port is already allocated",
+                None,
+            ),
+            (422, "provided port is already allocated", None),
+        ] {
+            assert_eq!(
+                node_port_taken(&api(code, message)),
+                want,
+                "{code} {message}"
+            );
         }
     }
 }
