@@ -25,6 +25,9 @@ pub enum FaultAction {
 pub struct Fault {
     pub verb: Option<Verb>,
     pub resource: Option<String>,
+    /// Only requests of this client (its bearer token; see
+    /// [`crate::Emulator::kubeconfig_yaml_for`]).
+    pub client: Option<String>,
     pub action: FaultAction,
     pub times: Option<u32>,
 }
@@ -35,6 +38,7 @@ impl Fault {
         Self {
             verb: None,
             resource: None,
+            client: None,
             action: FaultAction::Conflict,
             times: Some(1),
         }
@@ -45,6 +49,7 @@ impl Fault {
         Self {
             verb: None,
             resource: None,
+            client: None,
             action: FaultAction::InternalError,
             times: Some(1),
         }
@@ -55,6 +60,7 @@ impl Fault {
         Self {
             verb: None,
             resource: None,
+            client: None,
             action: FaultAction::Latency(delay),
             times: None,
         }
@@ -72,6 +78,12 @@ impl Fault {
         self
     }
 
+    /// Only requests of `client` (its bearer token).
+    pub fn client(mut self, client: &str) -> Self {
+        self.client = Some(client.to_string());
+        self
+    }
+
     /// Applies to the next `n` matching requests.
     pub fn times(mut self, n: u32) -> Self {
         self.times = Some(n);
@@ -84,13 +96,15 @@ impl Fault {
         self
     }
 
-    fn matches(&self, verb: Verb, resource: &str) -> bool {
+    fn matches(&self, verb: Verb, resource: &str, client: &str) -> bool {
         let res_ok = match &self.resource {
             None => true,
             Some(r) if r.contains('/') => r == resource,
             Some(r) => resource.split('/').next() == Some(r.as_str()),
         };
-        self.verb.is_none_or(|v| v == verb) && res_ok
+        self.verb.is_none_or(|v| v == verb)
+            && res_ok
+            && self.client.as_deref().is_none_or(|c| c == client)
     }
 }
 
@@ -99,6 +113,8 @@ impl Fault {
 pub(crate) struct Verdict {
     pub delay: Duration,
     pub error: Option<ApiError>,
+    /// What fired, by kind, for the counts.
+    pub fired: Vec<&'static str>,
 }
 
 #[derive(Debug, Default)]
@@ -115,23 +131,28 @@ impl Faults {
         self.rules.clear();
     }
 
-    /// Consumes matching rules for one request of `verb` on `resource`
-    /// (object `name`, if any).
-    pub fn check(&mut self, verb: Verb, resource: &str, name: &str) -> Verdict {
+    /// Consumes matching rules for one request of `client`, `verb` on
+    /// `resource` (object `name`, if any).
+    pub fn check(&mut self, verb: Verb, resource: &str, name: &str, client: &str) -> Verdict {
         let mut v = Verdict::default();
         for rule in self.rules.iter_mut() {
-            if rule.times == Some(0) || !rule.matches(verb, resource) {
+            if rule.times == Some(0) || !rule.matches(verb, resource, client) {
                 continue;
             }
             match &rule.action {
-                FaultAction::Latency(d) => v.delay += *d,
+                FaultAction::Latency(d) => {
+                    v.delay += *d;
+                    v.fired.push("latency");
+                }
                 FaultAction::Conflict if v.error.is_none() => {
                     v.error = Some(ApiError::conflict(resource, name, "injected fault"));
+                    v.fired.push("conflict");
                 }
                 FaultAction::InternalError if v.error.is_none() => {
                     v.error = Some(ApiError::internal(format!(
                         "injected fault: {verb} {resource} {name}"
                     )));
+                    v.fired.push("internal error");
                 }
                 _ => continue,
             }

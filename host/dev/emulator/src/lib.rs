@@ -22,6 +22,7 @@
 
 mod age;
 mod binding;
+mod chaos;
 mod cluster_ips;
 mod counts;
 mod defaulting;
@@ -61,6 +62,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use chaos::{ANONYMOUS, WriteRecord};
 pub use counts::WriteCounts;
 pub use faults::{Fault, FaultAction};
 pub use resources::{CustomResource, PrinterColumn};
@@ -199,16 +201,11 @@ impl EmulatorBuilder {
             state: Mutex::new(state),
             bookmark_interval: self.bookmark_interval,
             server_address: addr.to_string(),
+            chaos: Arc::default(),
         });
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let app = server::router(shared.clone());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stop_rx.await;
-                })
-                .await;
-        });
+        let task = tokio::spawn(chaos::serve(listener, app, shared.chaos.clone(), stop_rx));
         Ok(Emulator {
             shared,
             addr,
@@ -245,8 +242,23 @@ impl Emulator {
     /// A kubeconfig (no TLS, no credentials) pointing at the emulator, with
     /// namespace `default`.
     pub fn kubeconfig_yaml(&self) -> String {
+        self.kubeconfig_yaml_with(None)
+    }
+
+    /// [`Self::kubeconfig_yaml`] for a client told apart by its bearer
+    /// `token` in the write log ([`Self::write_log`]) and by faults
+    /// ([`Fault::client`]).
+    pub fn kubeconfig_yaml_for(&self, token: &str) -> String {
+        self.kubeconfig_yaml_with(Some(token))
+    }
+
+    fn kubeconfig_yaml_with(&self, token: Option<&str>) -> String {
+        let user = match token {
+            Some(t) => format!("{{token: {t}}}"),
+            None => "{}".to_string(),
+        };
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-emulator\n  cluster:\n    server: {}\ncontexts:\n- name: kube-emulator\n  context:\n    cluster: kube-emulator\n    user: kube-emulator\n    namespace: default\ncurrent-context: kube-emulator\nusers:\n- name: kube-emulator\n  user: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-emulator\n  cluster:\n    server: {}\ncontexts:\n- name: kube-emulator\n  context:\n    cluster: kube-emulator\n    user: kube-emulator\n    namespace: default\ncurrent-context: kube-emulator\nusers:\n- name: kube-emulator\n  user: {user}\n",
             self.url()
         )
     }
@@ -259,7 +271,16 @@ impl Emulator {
 
     /// A `kube::Client` built from the kubeconfig, as an operator would.
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
-        let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml())?;
+        self.client_from(&self.kubeconfig_yaml()).await
+    }
+
+    /// A `kube::Client` of the client `token` ([`Self::kubeconfig_yaml_for`]).
+    pub async fn client_for(&self, token: &str) -> anyhow::Result<kube::Client> {
+        self.client_from(&self.kubeconfig_yaml_for(token)).await
+    }
+
+    async fn client_from(&self, kubeconfig: &str) -> anyhow::Result<kube::Client> {
+        let kc = kube::config::Kubeconfig::from_yaml(kubeconfig)?;
         let config =
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await?;
@@ -590,6 +611,42 @@ impl Emulator {
             manager,
             json!({"status": {"conditions": conditions}}),
         )
+    }
+
+    /// Starts (or stops) recording every write the API server accepts, by
+    /// client ([`Self::write_log`]). Off by default: a long run would hold
+    /// every write.
+    pub fn record_writes(&self, on: bool) {
+        self.shared.chaos.record_writes(on);
+    }
+
+    /// Every write accepted since [`Self::record_writes`], in order: who,
+    /// what and when. Writes by the emulator itself are not in it.
+    pub fn write_log(&self) -> Vec<WriteRecord> {
+        self.shared.chaos.write_log()
+    }
+
+    /// Begins an outage: the listening socket closes (connections are
+    /// refused) and every open connection, watches included, is cut.
+    pub fn outage_begin(&self) {
+        self.shared.chaos.set_down(true);
+    }
+
+    /// Ends an outage: the same address is served again.
+    pub fn outage_end(&self) {
+        self.shared.chaos.set_down(false);
+    }
+
+    /// Whether an outage is under way.
+    pub fn is_down(&self) -> bool {
+        self.shared.chaos.is_down()
+    }
+
+    /// What fired, by kind: injected faults (`conflict`, `internal error`,
+    /// `latency`), `410 gone` answers to watches, `outages` begun and
+    /// `connections cut` by them.
+    pub fn faults_fired(&self) -> BTreeMap<&'static str, u64> {
+        self.shared.chaos.fired_counts()
     }
 
     /// Number of allocated NodePorts (for leak checks).

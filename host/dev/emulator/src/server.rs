@@ -26,6 +26,7 @@ pub(crate) struct Shared {
     pub state: Mutex<State>,
     pub bookmark_interval: Duration,
     pub server_address: String,
+    pub chaos: Arc<crate::chaos::Chaos>,
 }
 
 impl Shared {
@@ -239,7 +240,8 @@ async fn handle(AxState(shared): AxState<Arc<Shared>>, req: Request) -> Response
             Err(e) => return error(&e),
         }
     };
-    let fut = serve_resource(&shared, route, &method, &headers, &query, body);
+    let client = crate::chaos::client_of(&headers);
+    let fut = serve_resource(&shared, route, &method, &headers, &query, body, &client);
     match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
         Ok(Ok(resp)) => resp,
         Ok(Err(e)) => error(&e),
@@ -260,9 +262,10 @@ async fn serve_resource(
     headers: &HeaderMap,
     query: &HashMap<String, String>,
     body: Bytes,
+    client: &str,
 ) -> ApiResult<Response> {
     if let Some(sub) = route.sub {
-        return serve_subresource(shared, route, sub, method, query, body).await;
+        return serve_subresource(shared, route, sub, method, query, body, client).await;
     }
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -300,13 +303,73 @@ async fn serve_resource(
         route.res.plural.clone()
     };
     let name = route.name.clone().unwrap_or_default();
-    let verdict = shared.lock().faults.check(verb, &counted, &name);
+    injected(shared, verb, &counted, &name, client).await?;
+    let write = !matches!(verb, Verb::Get | Verb::List | Verb::Watch);
+    let namespace = route.ns.clone().unwrap_or_default();
+    // A create names its object in the body.
+    let logged_name = match verb {
+        Verb::Create => created_name(&body),
+        _ => name.clone(),
+    };
+    let response = serve_verb(shared, route, verb, headers, query, body, name).await;
+    if write && response.as_ref().is_ok_and(|r| r.status().is_success()) {
+        shared
+            .chaos
+            .wrote(client, verb, &counted, &namespace, &logged_name);
+    }
+    response
+}
+
+/// `metadata.name` of a create's body (JSON or YAML), or its
+/// `generateName` prefix.
+fn created_name(body: &Bytes) -> String {
+    let v: Value = serde_json::from_slice(body)
+        .or_else(|_| serde_saphyr::from_slice(body))
+        .unwrap_or_default();
+    let meta = &v["metadata"];
+    meta["name"]
+        .as_str()
+        .or_else(|| meta["generateName"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Applies the faults injected for this request: waits out its latency,
+/// or fails it; each that fires is counted.
+async fn injected(
+    shared: &Arc<Shared>,
+    verb: Verb,
+    counted: &str,
+    name: &str,
+    client: &str,
+) -> ApiResult<()> {
+    let verdict = shared.lock().faults.check(verb, counted, name, client);
+    for kind in &verdict.fired {
+        shared.chaos.fired(kind);
+    }
     if !verdict.delay.is_zero() {
         tokio::time::sleep(verdict.delay).await;
     }
-    if let Some(e) = verdict.error {
-        return Err(e);
+    match verdict.error {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
+}
+
+/// Serves one verb on a resource (not a subresource).
+async fn serve_verb(
+    shared: &Arc<Shared>,
+    route: Route,
+    verb: Verb,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+    body: Bytes,
+    name: String,
+) -> ApiResult<Response> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
     let table = match verb {
         Verb::Get | Verb::List | Verb::Watch => {
             let accept = headers
@@ -395,6 +458,9 @@ async fn serve_resource(
                 .map_or_else(|| "application/json".to_string(), TableWatch::content_type);
             let stream = {
                 let st = shared.lock();
+                if watch::expired(&st, &params) {
+                    shared.chaos.fired("410 gone");
+                }
                 watch::open(&st, params)
             };
             Ok(Response::builder()
@@ -517,6 +583,7 @@ async fn serve_subresource(
     method: &Method,
     query: &HashMap<String, String>,
     body: Bytes,
+    client: &str,
 ) -> ApiResult<Response> {
     if method != Method::POST {
         return Err(ApiError::method_not_allowed(format!(
@@ -525,13 +592,8 @@ async fn serve_subresource(
     }
     let name = route.name.clone().unwrap_or_default();
     let counted = format!("{}/{sub}", route.res.plural);
-    let verdict = shared.lock().faults.check(Verb::Create, &counted, &name);
-    if !verdict.delay.is_zero() {
-        tokio::time::sleep(verdict.delay).await;
-    }
-    if let Some(e) = verdict.error {
-        return Err(e);
-    }
+    injected(shared, Verb::Create, &counted, &name, client).await?;
+    let namespace = route.ns.clone().unwrap_or_default();
     let target = Target {
         res: route.res,
         ns: route.ns.unwrap_or_default(),
@@ -549,5 +611,8 @@ async fn serve_subresource(
     } else {
         crate::eviction::evict(&mut shared.lock(), &target, &body, &opts)?
     };
+    shared
+        .chaos
+        .wrote(client, Verb::Create, &counted, &namespace, &target.name);
     Ok(json_response(201, &status, "application/json"))
 }

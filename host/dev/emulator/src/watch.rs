@@ -110,6 +110,15 @@ struct Streaming {
     done: bool,
 }
 
+/// Whether the watch `params` asks for starts from a resourceVersion the
+/// history no longer holds: it is answered 410 Gone.
+pub(crate) fn expired(state: &State, params: &WatchParams) -> bool {
+    match params.resource_version.filter(|rv| *rv != 0) {
+        Some(rv) if !params.send_initial_events => state.store.events_since(rv).is_none(),
+        _ => false,
+    }
+}
+
 /// Opens a watch. Must be called with the state lock held so that no event
 /// falls between the replayed history and the live subscription.
 pub(crate) fn open(
