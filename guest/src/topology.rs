@@ -639,9 +639,17 @@ fn roll(view: &View<'_>, pods: &[ObservedPod], persistent: bool) -> Phase {
 }
 
 /// Every spec node answered, the spec's shards serve every slot at their
-/// share, each has its replicas in sync, nothing is migrating or departing.
+/// share, each has its replicas in sync, nothing is migrating or departing,
+/// and no node of ours still knows a node that is gone (a ghost: a pod
+/// that came back with a new ID). A ghost not yet flagged `fail` is shown
+/// to clients as online at its last address (`CLUSTER SHARDS`), often a
+/// pod IP no outside client can reach, so the cluster is not formed until
+/// it has failed and been forgotten.
 fn is_formed(view: &View<'_>) -> bool {
     if !view.missing().is_empty() || view.facts.iter().any(|f| !view.is_desired(f)) {
+        return false;
+    }
+    if ghosts(view) > 0 {
         return false;
     }
     if view
@@ -663,6 +671,19 @@ fn is_formed(view: &View<'_>) -> bool {
                 .filter(|f| f.shard == shard && f.id != p.id)
                 .all(|f| f.primary.as_deref() == Some(p.id.as_str()))
     })
+}
+
+/// How many IDs the spec's nodes know that belong to no node that answered.
+fn ghosts(view: &View<'_>) -> usize {
+    let mut gone: BTreeSet<&str> = BTreeSet::new();
+    for d in view.desired() {
+        for p in &d.peers {
+            if view.by_id(&p.id).is_none() {
+                gone.insert(&p.id);
+            }
+        }
+    }
+    gone.len()
 }
 
 fn not_formed_reason(view: &View<'_>) -> String {
@@ -689,6 +710,13 @@ fn not_formed_reason(view: &View<'_>) -> String {
     }
     if view.facts.iter().any(|f| !view.is_desired(f)) {
         return "departing nodes are not removed yet".into();
+    }
+    let gone = ghosts(view);
+    if gone > 0 {
+        return format!(
+            "the nodes still know {gone} node(s) that are gone (a pod came back with a new \
+             ID): they are forgotten once the cluster has marked them failed"
+        );
     }
     "the cluster is converging".into()
 }
@@ -1104,6 +1132,34 @@ mod tests {
         });
         let t = plan(shape(2, 1), &with_silent, Some(&facts));
         assert!(t.steps.is_empty());
+    }
+
+    #[test]
+    fn a_cluster_that_still_knows_a_gone_node_is_not_formed_until_it_is_forgotten() {
+        let mut facts: Vec<ValkeyNode> = (0..2).map(|s| fact(s, 0)).collect();
+        converge(2, 1, &mut facts);
+        assert!(plan(shape(2, 1), &pods(&facts), Some(&facts)).formed);
+        // A pod came back with a new ID: the old one is disconnected, not
+        // yet flagged failed. Nothing to forget yet, and not formed.
+        facts[1].peers.push(Peer {
+            id: "gone".into(),
+            failed: false,
+            linked: false,
+        });
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
+        assert!(t.steps.is_empty(), "{:?}", t.steps);
+        assert!(!t.formed);
+        assert!(
+            t.waiting.contains("know 1 node(s) that are gone"),
+            "{}",
+            t.waiting
+        );
+        // Flagged failed: forgotten, then formed.
+        facts[1].peers.last_mut().unwrap().failed = true;
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
+        assert_eq!(t.steps, vec![Step::Forget("gone".into())]);
+        facts[1].peers.pop();
+        assert!(plan(shape(2, 1), &pods(&facts), Some(&facts)).formed);
     }
 
     /// Rolls every outdated pod, restarting the ones the plan names (they
