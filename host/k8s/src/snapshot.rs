@@ -206,6 +206,18 @@ impl Snapshot {
         self.nodes.iter().filter(move |n| n.at == at)
     }
 
+    /// Nodes still to be rolled to their StatefulSet's template: Pods
+    /// running an older one, and StatefulSets whose controller has not seen
+    /// their latest spec yet (so their Pods cannot be told outdated).
+    pub fn rolling(&self) -> usize {
+        let unseen = self
+            .stateful_sets
+            .iter()
+            .filter(|s| !s.state.as_ref().is_some_and(|st| st.observed))
+            .count();
+        unseen + self.nodes.iter().filter(|n| n.outdated).count()
+    }
+
     /// How many of `wanted`'s nodes have a ready Pod.
     pub fn ready_nodes(&self, wanted: &[m::Node]) -> usize {
         crate::status::ready_nodes(self.nodes.iter().map(|n| (n.at, n.ready)), wanted)
@@ -303,6 +315,43 @@ mod tests {
             }))
             .unwrap(),
         ))
+    }
+
+    #[test]
+    fn a_roll_counts_outdated_pods_and_statefulsets_not_yet_seen() {
+        let seen = |generation: i64, observed: Option<i64>| {
+            Arc::new(entry::stateful_set(
+                serde_json::from_value(json!({
+                    "metadata": {"name": "s", "namespace": "ns", "uid": "u",
+                        "generation": generation, "labels": {labels::CLUSTER: "c"}},
+                    "spec": {"selector": {}, "template": {}},
+                    "status": {"replicas": 1, "observedGeneration": observed,
+                        "updateRevision": "r2"},
+                }))
+                .unwrap(),
+            ))
+        };
+        let outdated = pod("p", (0, 0), "u", "r1", Some("10.1.0.1"));
+        let current = pod("p", (0, 0), "u", "r2", Some("10.1.0.1"));
+        // (statefulset, pod) => nodes to roll
+        for (set, p, want) in [
+            (seen(2, Some(2)), &current, 0),
+            (seen(2, Some(2)), &outdated, 1),
+            (seen(3, Some(2)), &current, 1),
+            (seen(3, None), &current, 1),
+        ] {
+            let snapshot = Snapshot {
+                nodes: project(
+                    "c",
+                    std::slice::from_ref(&set),
+                    &[p.clone()],
+                    &NodeAddresses::default(),
+                ),
+                stateful_sets: vec![set],
+                ..Snapshot::default()
+            };
+            assert_eq!(snapshot.rolling(), want);
+        }
     }
 
     #[test]

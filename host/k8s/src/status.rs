@@ -39,6 +39,9 @@ pub struct Progress {
     /// `Kind name` of each desired object whose name another owner holds:
     /// nothing was applied to them.
     pub conflicts: Vec<String>,
+    /// Nodes still to be restarted onto their current template (an image
+    /// or resources change rolling through).
+    pub rolling: usize,
 }
 
 /// The Valkey cluster's formation, as the guest's plan reports it.
@@ -337,6 +340,15 @@ fn verdicts(guest: &m::Status, p: &Progress) -> (Verdict, Verdict) {
             "Waiting",
             "waiting for nodes or external endpoints".to_string(),
         )
+    } else if p.rolling > 0 {
+        (
+            "True",
+            "Rolling",
+            format!(
+                "{} node(s) restart one at a time onto the current template",
+                p.rolling
+            ),
+        )
     } else {
         (
             "False",
@@ -404,6 +416,7 @@ mod tests {
             announce_spreading: spreading,
             acl_pending: 0,
             conflicts: Vec::new(),
+            rolling: 0,
             shards: 3,
             ready_shards: ready / 2,
         }
@@ -444,6 +457,20 @@ mod tests {
         for (i, (outcome, previous, ready, want)) in cases.into_iter().enumerate() {
             assert_eq!(state(outcome, previous, ready), want, "case {i}");
         }
+    }
+
+    #[test]
+    fn a_roll_under_way_is_progress_on_a_ready_cluster() {
+        let g = guest(Some(m::ConditionStatus::True));
+        let rolling = Progress {
+            rolling: 2,
+            ..progress(0, 6, Some(true), false)
+        };
+        let s = compute_reconciled(&g, rolling);
+        assert_eq!(get(&s, READY), ("True", "AllNodesReady"));
+        assert_eq!(get(&s, PROGRESSING), ("True", "Rolling"));
+        let s = compute_reconciled(&g, progress(0, 6, Some(true), false));
+        assert_eq!(get(&s, PROGRESSING), ("False", "Converged"));
     }
 
     #[test]

@@ -252,6 +252,7 @@ pub fn render(
         announce_spreading: false,
         acl_pending: 0,
         conflicts: Vec::new(),
+        rolling: 0,
     };
     let outcome = Outcome::Reconciled {
         guest: &desired.status,

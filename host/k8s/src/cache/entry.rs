@@ -230,6 +230,10 @@ pub struct PodState {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StatefulSetState {
     pub update_revision: Option<Box<str>>,
+    /// The StatefulSet controller has seen its latest spec
+    /// (`status.observedGeneration` is `metadata.generation`): until then
+    /// its Pods' revisions say nothing of the new template.
+    pub observed: bool,
 }
 
 /// What a reconcile reads of a Service's spec and status.
@@ -400,9 +404,11 @@ pub fn pod(pod: Pod) -> CachedPod {
 /// A StatefulSet as the cache keeps it: its update revision.
 pub fn stateful_set(sts: StatefulSet) -> CachedStatefulSet {
     slim(sts, true, true, |sts| {
-        let revision = sts.status.as_ref()?.update_revision.as_deref();
+        let status = sts.status.as_ref()?;
         Some(StatefulSetState {
-            update_revision: revision.map(Box::from),
+            update_revision: status.update_revision.as_deref().map(Box::from),
+            observed: status.observed_generation.is_some()
+                && status.observed_generation >= sts.metadata.generation,
         })
     })
 }
