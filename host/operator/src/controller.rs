@@ -132,7 +132,8 @@ pub(crate) async fn controller(
     .default_backoff()
     .modify(|vc| vc.metadata.managed_fields = None)
     .reflect(cluster_writer)
-    .applied_objects();
+    .applied_objects()
+    .filter_map(|r| absorbed(r, "ValkeyCluster"));
     let gateway_stream = gateway_stream(
         &client,
         ns,
@@ -320,6 +321,7 @@ fn gateway_stream(
             futures::stream::iter(naming.into_iter().map(Ok))
         })
         .try_flatten()
+        .filter_map(|r| absorbed(r, "Gateway"))
         .boxed()
 }
 
@@ -413,8 +415,28 @@ where
                 cluster_to_reconcile(touched.as_ref())
             }
         })
-        .try_filter_map(|trigger| futures::future::ready(Ok(trigger)));
+        .try_filter_map(|trigger| futures::future::ready(Ok(trigger)))
+        .filter_map(|r| absorbed(r, "owned objects"));
     (store, stream)
+}
+
+/// A watch's item, with its error logged and dropped. Each watch retries
+/// on its own, with its own backoff; an error passed on to the controller
+/// would also back off the controller's intake of every trigger, all
+/// watches together, with one backoff that grows with every error of any
+/// of them (after an API server restart or a compaction, 410 Gone answers
+/// to every watch paused reconciling for up to a minute).
+fn absorbed<T>(
+    item: Result<T, watcher::Error>,
+    what: &'static str,
+) -> std::future::Ready<Option<Result<T, watcher::Error>>> {
+    std::future::ready(match item {
+        Ok(t) => Some(Ok(t)),
+        Err(e) => {
+            warn!(error = %e, watch = what, "watch error; the watch retries");
+            None
+        }
+    })
 }
 
 /// `event` with its objects as the cache keeps them.

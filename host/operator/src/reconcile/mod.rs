@@ -146,6 +146,7 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
         announce_spreading: reshaped.announce_spreading,
         acl_pending: reshaped.acl_waiting,
         conflicts: applied.conflicts,
+        rolling: snapshot.rolling(),
     };
     let pending = shardgate_k8s::status::pending(&desired.status, &progress);
     let outcome = Outcome::Reconciled {
