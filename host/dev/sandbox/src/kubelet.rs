@@ -270,6 +270,30 @@ impl Kubelet {
         process.child.start_kill().is_ok()
     }
 
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) the pod's process: a node that
+    /// hangs rather than dies. A frozen process keeps its sockets and
+    /// answers nothing, so its readiness probe fails. False if the pod has
+    /// no running process or the signal could not be sent.
+    pub fn freeze(&self, pod: &str, frozen: bool) -> bool {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let st = self.shared.state();
+        let Some(process) = st.pods.get(pod).and_then(|rt| rt.process.as_ref()) else {
+            return false;
+        };
+        let (signal, what) = if frozen {
+            (Signal::SIGSTOP, "freezing")
+        } else {
+            (Signal::SIGCONT, "thawing")
+        };
+        info!(
+            pod,
+            pid = process.pid,
+            "{what} the container process on request"
+        );
+        i32::try_from(process.pid).is_ok_and(|pid| kill(Pid::from_raw(pid), signal).is_ok())
+    }
+
     /// While held, the pod's process is not (re)started; a running process
     /// is left alone (kill it with [`Kubelet::kill`]). By pod name, so it
     /// also applies to a pod recreated under that name.

@@ -61,6 +61,10 @@ pub struct Options {
     /// How soon the operator looks again at a reshaping cluster (the
     /// default, adaptive; benches compare it with a fixed tick).
     pub recheck: operator::Recheck,
+    /// Run the operator in this process (the default). Off, the sandbox
+    /// runs everything but the operator, and the caller runs it (in
+    /// processes of its own, to kill them, say).
+    pub operator: bool,
 }
 
 impl Options {
@@ -78,6 +82,7 @@ impl Options {
             gateway_network: Ipv4Addr::new(127, 0, 6, 0),
             objects: Vec::new(),
             recheck: operator::Recheck::default(),
+            operator: true,
         }
     }
 
@@ -302,26 +307,28 @@ impl Sandbox {
         let (stop, stopped) = oneshot::channel::<()>();
         let (resync, _) = tokio::sync::broadcast::channel::<()>(4);
         let metrics = Arc::new(Metrics::default());
-        let operator = tokio::spawn(operator::run(
-            OperatorOptions {
-                kubeconfig: None,
-                context: None,
-                namespace: Some(namespace.clone()),
-                listen: None,
-                lease: None,
-                identity: "shardgate-sandbox".into(),
-                reconcile_all: Some(resync.clone()),
-                manage_valkey: true,
-                debounce: operator::DEBOUNCE,
-                recheck: options.recheck,
-            },
-            client.clone(),
-            Arc::new(module) as Arc<dyn Reconciler>,
-            metrics.clone(),
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let operator = options.operator.then(|| {
+            tokio::spawn(operator::run(
+                OperatorOptions {
+                    kubeconfig: None,
+                    context: None,
+                    namespace: Some(namespace.clone()),
+                    listen: None,
+                    lease: None,
+                    identity: "shardgate-sandbox".into(),
+                    reconcile_all: Some(resync.clone()),
+                    manage_valkey: true,
+                    debounce: operator::DEBOUNCE,
+                    recheck: options.recheck,
+                },
+                client.clone(),
+                Arc::new(module) as Arc<dyn Reconciler>,
+                metrics.clone(),
+                async move {
+                    let _ = stopped.await;
+                },
+            ))
+        });
         let mut object = cluster;
         object.metadata.namespace = Some(namespace.clone());
         object.metadata.resource_version = None;
@@ -336,7 +343,7 @@ impl Sandbox {
             client,
             kubelet: Some(kubelet),
             proxy: Some(proxy),
-            operator: Some((stop, operator)),
+            operator: operator.map(|task| (stop, task)),
             _engine: engine,
             name,
             namespace,
