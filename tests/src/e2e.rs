@@ -176,6 +176,19 @@ pub struct Written {
 impl Writer {
     /// Writes `<tag>-<i>` = `i` from `seed` on, logged in as `login`.
     pub async fn start(seed: &str, login: &Login, refresh: Option<Duration>) -> Self {
+        Self::spawn(seed, login, refresh, false).await
+    }
+
+    /// [`Writer::start`], counting a write acknowledged only once a replica
+    /// has it too (`WAIT 1` at the key's primary after each `SET`): what a
+    /// failover must keep. Valkey replicates asynchronously, so a `SET`
+    /// alone may be acknowledged and still lost when its primary fails
+    /// before the replica has it.
+    pub async fn durable(seed: &str, login: &Login, refresh: Option<Duration>) -> Self {
+        Self::spawn(seed, login, refresh, true).await
+    }
+
+    async fn spawn(seed: &str, login: &Login, refresh: Option<Duration>, durable: bool) -> Self {
         use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let acked = std::sync::Arc::new(AtomicUsize::new(0));
@@ -205,11 +218,17 @@ impl Writer {
                         }
                     }
                     let key = format!("{tag}-{i}", tag = "w");
-                    match redis::AsyncCommands::set::<_, _, ()>(&mut conn, &key, i).await {
-                        Ok(()) => {
+                    let written =
+                        match redis::AsyncCommands::set::<_, _, ()>(&mut conn, &key, i).await {
+                            Ok(()) if durable => replicated(&mut conn, &key).await,
+                            done => done.map(|()| true),
+                        };
+                    match written {
+                        Ok(true) => {
                             out.acked.push(i);
                             acked.fetch_add(1, Ordering::Relaxed);
                         }
+                        Ok(false) => out.errors.push(format!("SET {key}: no replica has it")),
                         Err(e) => out.errors.push(format!("SET {key}: {e}")),
                     }
                     // An application's pace, not a wait for a condition.
@@ -241,6 +260,26 @@ impl Writer {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.task.await.expect("the writer panicked")
     }
+}
+
+/// `WAIT 1 1000` at `key`'s primary: whether a replica has every write
+/// that primary acknowledged so far.
+async fn replicated(
+    conn: &mut redis::cluster_async::ClusterConnection,
+    key: &str,
+) -> redis::RedisResult<bool> {
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    let slot = crc16::State::<crc16::XMODEM>::calculate(key.as_bytes()) % 16384;
+    let mut cmd = redis::cmd("WAIT");
+    cmd.arg(1).arg(1000);
+    let route = Route::new(slot, SlotAddr::Master);
+    let replicas = conn
+        .route_command(
+            cmd,
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+        )
+        .await?;
+    Ok(matches!(replicas, redis::Value::Int(n) if n >= 1))
 }
 
 /// The `host:port` of every node in `CLUSTER SLOTS`, asked of any node.
@@ -367,11 +406,17 @@ pub async fn assert_only_external(via: SocketAddr, endpoints: &[Endpoint], login
     }
     assert_eq!(covered.len(), 16384, "CLUSTER SLOTS covers every slot");
     for (host, port) in cluster_shards(&mut c).await {
-        assert!(
-            allowed.contains(&(host.clone(), port)),
-            "CLUSTER SHARDS via {via} names {host}:{port}, not an external endpoint \
-             (allowed: {allowed:?})"
-        );
+        if !allowed.contains(&(host.clone(), port)) {
+            let nodes: String = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query_async(&mut c)
+                .await
+                .unwrap_or_default();
+            panic!(
+                "CLUSTER SHARDS via {via} names {host}:{port}, not an external endpoint \
+                 (allowed: {allowed:?}); CLUSTER NODES there:\n{nodes}"
+            );
+        }
     }
     // A key this node does not serve: the MOVED redirect names an external
     // endpoint too.

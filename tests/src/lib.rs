@@ -3,12 +3,13 @@
 //! strategies for the guest's input ([`strategies`]), a model of what
 //! applying a desired state produces ([`apply`]), the data-path checks
 //! against a real Valkey cluster ([`valkey`]) and the end-to-end steps
-//! through the sandbox ([`e2e`]), the modules the swap tests
+//! through the sandbox ([`e2e`]), the chaos suite's parts ([`chaos`]), the modules the swap tests
 //! load ([`modules`]), scratch directories ([`scratch`]), and the benches'
 //! invocation, timing statistics and machine line ([`bench`]).
 
 pub mod apply;
 pub mod bench;
+pub mod chaos;
 pub mod e2e;
 pub mod harness;
 pub mod modules;

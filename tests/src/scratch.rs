@@ -1,7 +1,8 @@
 //! Scratch directories for tests and benches: a fresh directory under the
 //! system temp directory that goes away when its test is done, and stays
-//! (its path printed) when the test fails, so what the test left in it
-//! (server logs, pod files, module caches) can be read.
+//! (its path printed) when the test fails, or always with
+//! `SHARDGATE_KEEP_SCRATCH` set, so what the test left in it (server logs,
+//! pod files, module caches) can be read.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,7 +55,7 @@ impl ScratchDir {
 
 impl Drop for ScratchDir {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || std::env::var_os("SHARDGATE_KEEP_SCRATCH").is_some() {
             eprintln!("scratch directory kept: {}", self.0.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.0);
