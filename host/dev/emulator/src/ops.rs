@@ -618,7 +618,9 @@ impl State {
             }
             Ownership::Applied(entries) => (entries, "Apply"),
         };
-        mf::prune(&mut entries, &res.kind, &new);
+        // Ownership is not pruned to what exists: as on the API server, an
+        // update's or apply's removals leave the sets, and nothing else does.
+        entries.retain(|e| !e.fields.is_empty());
         mf::write(&mut new, &entries);
 
         // No-op detection: nothing changed, not even ownership.
