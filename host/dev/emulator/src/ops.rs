@@ -576,6 +576,8 @@ impl State {
             default_and_validate(&res.group, &res.kind, &mut new, old, &ctx)
                 .map_err(|c| ApiError::invalid(&res.kind, &t.name, &c))?;
         }
+        // Custom resources are the ones with printer columns of their own.
+        crate::schema::drop_empty_go_maps(&res.kind, res.printer_columns.is_some(), &mut new);
 
         // Generation.
         if res.generation {

@@ -129,3 +129,54 @@ pub(crate) fn key_default(field: &str) -> Option<serde_json::Value> {
         _ => None,
     }
 }
+
+/// Whether the map at `path` is a Go map of the API server's types (of any
+/// object's `metadata`, or of a built-in kind): encoded `omitempty`, so an
+/// empty one is not stored. A custom resource's own content is stored as
+/// sent.
+fn go_map(kind: &str, custom: bool, path: &[String]) -> bool {
+    let p: Vec<&str> = path.iter().map(String::as_str).collect();
+    match p.as_slice() {
+        ["metadata", "labels" | "annotations"] => true,
+        _ if custom => false,
+        [.., "metadata", "labels" | "annotations"] => true,
+        ["data" | "binaryData" | "stringData"] => true,
+        // A Service's selector is a map; others are LabelSelector structs.
+        ["spec", "selector"] => kind == "Service",
+        [.., "spec", "nodeSelector"] => true,
+        [.., "matchLabels"] => true,
+        [.., "resources", "limits" | "requests"] => true,
+        _ => false,
+    }
+}
+
+/// Leaves out the empty Go maps of `obj` (see [`go_map`]), as decoding a
+/// write into the API server's types and encoding it again does: a patch
+/// removing the last label stores no `labels: {}`.
+pub(crate) fn drop_empty_go_maps(kind: &str, custom: bool, obj: &mut serde_json::Value) {
+    fn walk(v: &mut serde_json::Value, kind: &str, custom: bool, names: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.retain(|k, c| {
+                    names.push(k.clone());
+                    let empty = c.as_object().is_some_and(serde_json::Map::is_empty)
+                        && go_map(kind, custom, names);
+                    names.pop();
+                    !empty
+                });
+                for (k, c) in m.iter_mut() {
+                    names.push(k.clone());
+                    walk(c, kind, custom, names);
+                    names.pop();
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for i in items {
+                    walk(i, kind, custom, names);
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(obj, kind, custom, &mut Vec::new());
+}

@@ -477,3 +477,52 @@ async fn a_headless_service_without_ports_has_none() {
     assert!(created["spec"].get("ports").is_none(), "{created}");
     emu.shutdown().await;
 }
+
+/// The API server stores no empty Go map (labels, annotations, a
+/// ConfigMap's data, ...: `omitempty`), so a patch removing the last label
+/// leaves no `labels: {}`, and no manager owns the map any more; a custom
+/// resource's own content is stored as sent, `{}` included.
+#[tokio::test]
+async fn an_emptied_go_map_is_not_stored() {
+    let (emu, client) = start().await;
+    let cms = configmaps(&client);
+    cms.create(
+        &post("c"),
+        &object(cm(json!({"a": "1"}), json!({"x": "1"}))),
+    )
+    .await
+    .unwrap();
+    let patched = cms
+        .patch(
+            "c",
+            &params("d"),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": null}}, "data": {"x": null}})),
+        )
+        .await
+        .unwrap();
+    let patched = serde_json::to_value(patched).unwrap();
+    assert!(patched["metadata"].get("labels").is_none(), "{patched}");
+    assert!(patched.get("data").is_none(), "{patched}");
+    assert!(
+        patched["metadata"]["managedFields"]
+            .as_array()
+            .is_none_or(|m| m.iter().all(|e| e["manager"] != "c")),
+        "c owned only what is gone: {patched}"
+    );
+
+    let vcs = vc_api(&client, "default");
+    let created = vcs
+        .create(
+            &post("c"),
+            &object(
+                json!({"apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
+                "metadata": {"name": "v", "labels": {}}, "spec": {"config": {}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let created = serde_json::to_value(created).unwrap();
+    assert!(created["metadata"].get("labels").is_none(), "{created}");
+    assert_eq!(created["spec"], json!({"config": {}}));
+    emu.shutdown().await;
+}
