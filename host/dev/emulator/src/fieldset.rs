@@ -332,8 +332,8 @@ fn modified(old: Option<&Value>, new: &Value, w: &mut Walk<'_>, out: &mut FieldS
 /// records them: like [`fields_of`], and every map (but an atomic one) and
 /// every associative list is itself a member (`.` in fieldsV1) beside its
 /// contents. `parent_existed`: the value's parent was already there, so a
-/// Go struct value (which an encoded object always has, see
-/// [`crate::schema::value_struct`]) is not added; its own fields may be.
+/// field every encoded object has (a Go struct value, see
+/// [`crate::schema::always_encoded`]) is not added; its own fields may be.
 fn collect_added(v: &Value, w: &mut Walk<'_>, out: &mut FieldSet, parent_existed: bool) {
     let existed = w.names.is_empty() || (parent_existed && w.always_encoded());
     match v {
@@ -381,7 +381,8 @@ fn collect_item_added(item: &Value, w: &mut Walk<'_>, out: &mut FieldSet) {
 }
 
 /// Every path present in `v`: each field, map, list and list item (but
-/// the root) is a member. What ownership can be kept of an object.
+/// the root) is a member. A write's removals are what the object had and
+/// no longer has.
 pub(crate) fn present_fields(v: &Value, w: &mut Walk<'_>) -> FieldSet {
     let mut out = FieldSet::default();
     if let Value::Object(m) = v {
@@ -505,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn set_algebra_and_removal() {
+    fn set_algebra() {
         let a = fields_of(
             &json!({"data": {"x": "1", "y": "2"}}),
             &mut Walk::new("ConfigMap"),
