@@ -260,6 +260,14 @@ fn service(obj: &mut Value, old: Option<&Value>, ctx: &Ctx<'_>, errs: &mut Cause
         ctx,
         errs,
     );
+    // `ports` is omitempty: a headless Service without ports has none.
+    if spec
+        .get("ports")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+    {
+        spec.remove("ports");
+    }
     let status = obj_mut(obj, "status");
     default(status, "loadBalancer", json!({}));
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::schema::{atomic_map, key_default, list_keys};
+use crate::schema::{always_encoded, atomic_items, atomic_map, key_default, list_keys};
 
 /// One step in a field path.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -71,20 +71,6 @@ impl FieldSet {
                 None => c.clone(),
             };
             out.children.insert(k.clone(), d);
-        }
-        out.prune();
-        out
-    }
-
-    pub fn intersection(&self, other: &FieldSet) -> FieldSet {
-        let mut out = FieldSet {
-            member: self.member && other.member,
-            children: BTreeMap::new(),
-        };
-        for (k, c) in &self.children {
-            if let Some(o) = other.children.get(k) {
-                out.children.insert(k.clone(), c.intersection(o));
-            }
         }
         out.prune();
         out
@@ -222,6 +208,15 @@ impl<'a> Walk<'a> {
     pub fn atomic_map(&self) -> bool {
         atomic_map(self.kind, &self.names)
     }
+
+    pub fn always_encoded(&self) -> bool {
+        always_encoded(self.kind, &self.names)
+    }
+
+    /// The items of the list here are owned whole.
+    pub fn atomic_items(&self) -> bool {
+        atomic_items(&self.names)
+    }
 }
 
 /// The set of all fields present in `v` (leaves, atomic values, list-map
@@ -258,6 +253,9 @@ fn collect(v: &Value, w: &mut Walk<'_>, out: &mut FieldSet) {
 }
 
 fn collect_item(item: &Value, w: &mut Walk<'_>, out: &mut FieldSet) {
+    if w.atomic_items() {
+        return;
+    }
     if let Value::Object(m) = item {
         for (k, c) in m {
             w.names.push(k.clone());
@@ -298,6 +296,7 @@ fn modified(old: Option<&Value>, new: &Value, w: &mut Walk<'_>, out: &mut FieldS
                         .find(|i| item_key(i, keys).as_deref() == Some(&key));
                     let child = out.children.entry(PathElem::Key(key)).or_default();
                     match prev {
+                        Some(p) if w.atomic_items() => child.member |= p != item,
                         Some(p) => {
                             if let (Value::Object(po), Value::Object(no)) = (p, item) {
                                 for (k, c) in no {
@@ -313,14 +312,124 @@ fn modified(old: Option<&Value>, new: &Value, w: &mut Walk<'_>, out: &mut FieldS
                         }
                         None => {
                             child.member = true;
-                            collect_item(item, w, child);
+                            collect_item_added(item, w, child);
                         }
                     }
                 }
             }
             _ => out.member = true,
         },
+        // A map that lost all its entries: they are removed, the map is not
+        // the writer's.
+        (Some(Value::Object(o)), Value::Object(n))
+            if n.is_empty() && !o.is_empty() && !w.atomic_map() => {}
+        (None, _) => collect_added(new, w, out, true),
         _ => collect(new, w, out),
+    }
+}
+
+/// The fields of a value an update adds, as the API server's comparison
+/// records them: like [`fields_of`], and every map (but an atomic one) and
+/// every associative list is itself a member (`.` in fieldsV1) beside its
+/// contents. `parent_existed`: the value's parent was already there, so a
+/// field every encoded object has (a Go struct value, see
+/// [`crate::schema::always_encoded`]) is not added; its own fields may be.
+fn collect_added(v: &Value, w: &mut Walk<'_>, out: &mut FieldSet, parent_existed: bool) {
+    let existed = w.names.is_empty() || (parent_existed && w.always_encoded());
+    match v {
+        Value::Object(m) if !m.is_empty() && !w.atomic_map() => {
+            out.member |= !existed;
+            for (k, c) in m {
+                w.names.push(k.clone());
+                let child = out.children.entry(PathElem::Field(k.clone())).or_default();
+                collect_added(c, w, child, existed);
+                w.names.pop();
+            }
+        }
+        Value::Array(items) => {
+            // An atomic list is a leaf; an associative one is added unless
+            // every encoded object has it.
+            out.member = true;
+            if let Some(keys) = w.keys()
+                && items.iter().all(|i| item_key(i, keys).is_some())
+            {
+                out.member = !existed || items.is_empty();
+                for item in items {
+                    let key = item_key(item, keys).unwrap_or_default();
+                    let child = out.children.entry(PathElem::Key(key)).or_default();
+                    child.member = true;
+                    collect_item_added(item, w, child);
+                }
+            }
+        }
+        _ => out.member = true,
+    }
+}
+
+fn collect_item_added(item: &Value, w: &mut Walk<'_>, out: &mut FieldSet) {
+    if w.atomic_items() {
+        return;
+    }
+    if let Value::Object(m) = item {
+        for (k, c) in m {
+            w.names.push(k.clone());
+            let child = out.children.entry(PathElem::Field(k.clone())).or_default();
+            collect_added(c, w, child, false);
+            w.names.pop();
+        }
+    }
+}
+
+/// Every path present in `v`: each field, map, list and list item (but
+/// the root) is a member. A write's removals are what the object had and
+/// no longer has.
+pub(crate) fn present_fields(v: &Value, w: &mut Walk<'_>) -> FieldSet {
+    let mut out = FieldSet::default();
+    if let Value::Object(m) = v {
+        for (k, c) in m {
+            w.names.push(k.clone());
+            let child = out.children.entry(PathElem::Field(k.clone())).or_default();
+            collect_present(c, w, child);
+            w.names.pop();
+        }
+    }
+    out
+}
+
+fn collect_present(v: &Value, w: &mut Walk<'_>, out: &mut FieldSet) {
+    out.member = true;
+    match v {
+        Value::Object(m) if !w.atomic_map() => {
+            for (k, c) in m {
+                w.names.push(k.clone());
+                let child = out.children.entry(PathElem::Field(k.clone())).or_default();
+                collect_present(c, w, child);
+                w.names.pop();
+            }
+        }
+        Value::Array(items) => {
+            if let Some(keys) = w.keys()
+                && items.iter().all(|i| item_key(i, keys).is_some())
+            {
+                for item in items {
+                    let key = item_key(item, keys).unwrap_or_default();
+                    let child = out.children.entry(PathElem::Key(key)).or_default();
+                    child.member = true;
+                    if let Value::Object(m) = item {
+                        for (k, c) in m {
+                            w.names.push(k.clone());
+                            let gc = child
+                                .children
+                                .entry(PathElem::Field(k.clone()))
+                                .or_default();
+                            collect_present(c, w, gc);
+                            w.names.pop();
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -334,31 +443,6 @@ pub(crate) fn get_path<'v>(v: &'v Value, path: &[PathElem]) -> Option<&'v Value>
         PathElem::Key(k) => v.as_array()?.iter().find(|i| item_matches(i, k))?,
     };
     get_path(next, rest)
-}
-
-/// Removes every member of `set` from `v`.
-pub(crate) fn remove_fields(v: &mut Value, set: &FieldSet) {
-    for (elem, child) in &set.children {
-        match (elem, &mut *v) {
-            (PathElem::Field(f), Value::Object(m)) => {
-                if child.member {
-                    m.remove(f);
-                } else if let Some(c) = m.get_mut(f) {
-                    remove_fields(c, child);
-                }
-            }
-            (PathElem::Key(k), Value::Array(items)) => {
-                if let Some(pos) = items.iter().position(|i| item_matches(i, k)) {
-                    if child.member {
-                        items.remove(pos);
-                    } else {
-                        remove_fields(&mut items[pos], child);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
 }
 
 /// Human-readable path, as the API server prints it in conflicts:
@@ -422,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn set_algebra_and_removal() {
+    fn set_algebra() {
         let a = fields_of(
             &json!({"data": {"x": "1", "y": "2"}}),
             &mut Walk::new("ConfigMap"),
@@ -430,11 +514,7 @@ mod tests {
         let b = fields_of(&json!({"data": {"y": "2"}}), &mut Walk::new("ConfigMap"));
         let only_x = a.difference(&b);
         assert_eq!(only_x.members().len(), 1);
-        assert_eq!(a.intersection(&b), b);
         assert_eq!(b.union(&only_x), a);
-        let mut obj = json!({"data": {"x": "1", "y": "2"}});
-        remove_fields(&mut obj, &only_x);
-        assert_eq!(obj, json!({"data": {"y": "2"}}));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::fieldset::{FieldSet, Walk, fields_of, modified_fields};
+use crate::fieldset::{FieldSet, Walk, modified_fields, present_fields};
 
 /// One `managedFields` entry.
 #[derive(Clone, Debug, PartialEq)]
@@ -113,8 +113,6 @@ pub(crate) enum Scope {
     Main { status_sub: bool },
     /// The `/status` subresource: only `.status`.
     Status,
-    /// Everything (used to prune ownership to what exists).
-    All,
 }
 
 /// `obj` without server-managed fields, restricted to `scope`.
@@ -157,9 +155,9 @@ pub(crate) fn record_update(
     new_view: &Value,
 ) {
     let modified = modified_fields(old_view, new_view, &mut Walk::new(kind));
-    let new_full = fields_of(new_view, &mut Walk::new(kind));
+    let new_full = present_fields(new_view, &mut Walk::new(kind));
     let removed = match old_view {
-        Some(o) => fields_of(o, &mut Walk::new(kind)).difference(&new_full),
+        Some(o) => present_fields(o, &mut Walk::new(kind)).difference(&new_full),
         None => FieldSet::default(),
     };
     let mut found = false;
@@ -174,13 +172,4 @@ pub(crate) fn record_update(
     if !found && !modified.is_empty() {
         entries.push(actor.new_entry("Update", modified));
     }
-}
-
-/// Drops ownership of fields that no longer exist, and empty entries.
-pub(crate) fn prune(entries: &mut Vec<Entry>, kind: &str, obj: &Value) {
-    let all = fields_of(&view(obj, Scope::All), &mut Walk::new(kind));
-    for e in entries.iter_mut() {
-        e.fields = e.fields.intersection(&all);
-    }
-    entries.retain(|e| !e.fields.is_empty());
 }

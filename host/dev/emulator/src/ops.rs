@@ -576,6 +576,8 @@ impl State {
             default_and_validate(&res.group, &res.kind, &mut new, old, &ctx)
                 .map_err(|c| ApiError::invalid(&res.kind, &t.name, &c))?;
         }
+        // Custom resources are the ones with printer columns of their own.
+        crate::schema::drop_empty_go_maps(&res.kind, res.printer_columns.is_some(), &mut new);
 
         // Generation.
         if res.generation {
@@ -618,7 +620,9 @@ impl State {
             }
             Ownership::Applied(entries) => (entries, "Apply"),
         };
-        mf::prune(&mut entries, &res.kind, &new);
+        // Ownership is not pruned to what exists: as on the API server, an
+        // update's or apply's removals leave the sets, and nothing else does.
+        entries.retain(|e| !e.fields.is_empty());
         mf::write(&mut new, &entries);
 
         // No-op detection: nothing changed, not even ownership.
