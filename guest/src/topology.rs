@@ -250,9 +250,19 @@ pub fn plan(shape: Shape, pods: &[ObservedPod], facts: Option<&[ValkeyNode]>) ->
     }
 }
 
+/// Whether some spec makes a node at `at` (a shard below
+/// [`MAX_SHARDS`](crate::validate::MAX_SHARDS), a node index at most
+/// [`MAX_REPLICAS`](crate::validate::MAX_REPLICAS)): only such a node can
+/// have objects of the cluster to keep. A pod or an answer at any other
+/// place is not the cluster's own (a label edited by hand, a corrupt read).
+pub fn placeable(at: NodeRef) -> bool {
+    at.shard < crate::validate::MAX_SHARDS as u32 && at.node <= crate::validate::MAX_REPLICAS as u32
+}
+
 /// Nodes past the spec that must stay: a pod that did not answer (it cannot
 /// be checked), or a node that serves slots or is still known by a node of
-/// the spec. Everything else past the spec may go.
+/// the spec. Everything else past the spec may go, and nothing at a place
+/// no spec makes ([`placeable`]) is kept.
 fn departing(view: &View<'_>, pods: &[ObservedPod]) -> Vec<NodeRef> {
     let holds = |f: &ValkeyNode| owns_slots(f) || view.desired().any(|d| knows(d, &f.id));
     let mut out = BTreeSet::new();
@@ -273,7 +283,7 @@ fn departing(view: &View<'_>, pods: &[ObservedPod]) -> Vec<NodeRef> {
             out.insert(node_ref(f));
         }
     }
-    out.into_iter().collect()
+    out.into_iter().filter(|at| placeable(*at)).collect()
 }
 
 /// The first phase with work: its steps, or why nothing can be done yet.

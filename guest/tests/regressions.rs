@@ -1,0 +1,114 @@
+//! Inputs the fuzz test (`tests/tests/fuzz.rs`) found the guest mishandling,
+//! one test each, named with the case's seed (`SHARDGATE_FUZZ_CASE`) and
+//! reduced to what the bug needs.
+
+use shardgate_contract::model::*;
+use shardgate_guest::reconcile;
+
+fn id(shard: u32, node: u32) -> String {
+    format!("id-{shard}-{node}")
+}
+
+/// A formed `shards` x `nodes` cluster: node 0 of each shard serves its
+/// even share, the others follow it, every node knows every other.
+fn formed(shards: u32, nodes: u32) -> Vec<ValkeyNode> {
+    let share = 16384 / shards;
+    let all: Vec<(u32, u32)> = (0..shards)
+        .flat_map(|s| (0..nodes).map(move |n| (s, n)))
+        .collect();
+    all.iter()
+        .map(|&(shard, node)| ValkeyNode {
+            shard,
+            node,
+            id: id(shard, node),
+            primary: (node > 0).then(|| id(shard, 0)),
+            slots: if node == 0 {
+                let end = if shard + 1 == shards {
+                    16383
+                } else {
+                    (shard + 1) * share - 1
+                };
+                vec![SlotRange {
+                    start: shard * share,
+                    end,
+                }]
+            } else {
+                Vec::new()
+            },
+            peers: all
+                .iter()
+                .filter(|&&at| at != (shard, node))
+                .map(|&(s, n)| Peer {
+                    id: id(s, n),
+                    failed: false,
+                    linked: true,
+                })
+                .collect(),
+            migrating: false,
+            synced: true,
+            cluster_ok: true,
+            version: "9.0.1".into(),
+        })
+        .collect()
+}
+
+fn pods(facts: &[ValkeyNode]) -> Vec<ObservedPod> {
+    facts
+        .iter()
+        .map(|f| ObservedPod {
+            shard: f.shard,
+            node: f.node,
+            host_ip: Some(IpAddress::V4(0x0a00_0001)),
+            node_external_ip: None,
+            ready: true,
+            outdated: false,
+        })
+        .collect()
+}
+
+fn input(shards: i32, replicas: i32, facts: Vec<ValkeyNode>, pods: Vec<ObservedPod>) -> Input {
+    Input {
+        cluster: Cluster {
+            name: "fz".into(),
+            namespace: "default".into(),
+            shards,
+            replicas,
+            external_access: Some(ExternalAccess::default()),
+            ..Cluster::default()
+        },
+        observed: Observed {
+            pods,
+            valkey: Some(facts),
+            ..Observed::default()
+        },
+        ..Input::default()
+    }
+}
+
+/// 82a77dafce9697f7: a node that answers at node index 4294967294 (no spec
+/// makes one) and that the others know was kept as departing, and the
+/// objects of a shard that wide (2^32 nodes) were allocated: an abort
+/// natively, the memory cap in wasm, which counts towards rolling a good
+/// module back. Such a node is not the cluster's; nothing is kept for it.
+#[test]
+fn a_node_at_an_index_no_spec_makes_is_not_kept() {
+    for (shard, node) in [
+        (4, u32::MAX - 1),
+        (0, u32::MAX),
+        (u32::MAX, 0),
+        (1000, 0),
+        (0, 16),
+    ] {
+        let mut facts = formed(2, 2);
+        facts[3].shard = shard;
+        facts[3].node = node;
+        let d = reconcile(&input(2, 1, facts.clone(), pods(&facts))).expect("valid");
+        let kept: Vec<(u32, u32)> = d.nodes.iter().map(|n| (n.shard, n.node)).collect();
+        assert_eq!(kept, [(0, 0), (0, 1), (1, 0), (1, 1)], "{shard}/{node}");
+        assert!(
+            d.topology.departing.is_empty(),
+            "{:?}",
+            d.topology.departing
+        );
+    }
+}
