@@ -574,14 +574,26 @@ fn balance(view: &View<'_>) -> Phase {
 }
 
 /// Departing nodes that serve nothing and nobody follows; IDs that no node
-/// of ours holds any more.
+/// of ours holds any more. An ID that a node of the spec, or any node that
+/// serves slots, reports as its own is never forgotten, whoever else
+/// reports it too: `CLUSTER FORGET` goes by ID (two nodes with one ID: a
+/// copied `nodes.conf`), and an empty ID names nobody.
 fn forget(view: &View<'_>, pods: &[ObservedPod]) -> Phase {
     let mut ids: BTreeSet<&str> = BTreeSet::new();
     for f in view.facts.iter().filter(|f| !view.is_desired(f)) {
         let followed = view
             .desired()
             .any(|d| d.primary.as_deref() == Some(f.id.as_str()));
-        if !owns_slots(f) && !followed && view.desired().any(|d| knows(d, &f.id)) {
+        let claimed = view
+            .facts
+            .iter()
+            .any(|g| g.id == f.id && (view.is_desired(g) || owns_slots(g)));
+        if !owns_slots(f)
+            && !followed
+            && !claimed
+            && !f.id.is_empty()
+            && view.desired().any(|d| knows(d, &f.id))
+        {
             ids.insert(&f.id);
         }
     }

@@ -112,3 +112,45 @@ fn a_node_at_an_index_no_spec_makes_is_not_kept() {
         );
     }
 }
+
+fn forgotten(d: &Desired) -> Vec<&str> {
+    d.topology
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Forget(id) => Some(id.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// 87fbde5d09709292: a node past the spec that reports the same ID as a
+/// node of the spec serving slots (here both empty; a copied `nodes.conf`
+/// does it with a real ID) was forgotten by that ID: `CLUSTER FORGET`
+/// would have had every node forget the serving one.
+#[test]
+fn an_id_a_node_of_the_spec_reports_is_never_forgotten() {
+    for shared in ["", "id-0-0"] {
+        let mut facts = formed(1, 2);
+        facts[0].id = shared.into();
+        facts[1].id = shared.into();
+        facts[1].primary = None;
+        // Spec 1x1: node 1 is past it, serves nothing, is known.
+        let d = reconcile(&input(1, 0, facts.clone(), pods(&facts))).expect("valid");
+        assert!(
+            forgotten(&d).is_empty(),
+            "{shared:?}: {:?}",
+            d.topology.steps
+        );
+        assert!(
+            d.topology
+                .departing
+                .contains(&NodeRef { shard: 0, node: 1 })
+        );
+    }
+    // With its own ID it is forgotten as before.
+    let mut facts = formed(1, 2);
+    facts[1].primary = None;
+    let d = reconcile(&input(1, 0, facts.clone(), pods(&facts))).expect("valid");
+    assert_eq!(forgotten(&d), ["id-0-1"]);
+}
