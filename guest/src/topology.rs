@@ -105,6 +105,11 @@ struct View<'a> {
     facts: Vec<&'a ValkeyNode>,
     /// Index into `facts` of the node serving each slot.
     owner: Vec<Option<usize>>,
+    /// How many slots each fact serves, counted slot by slot: a range that
+    /// is inverted or past 16383 serves none.
+    served: Vec<u32>,
+    /// Some slot is claimed by two answering nodes.
+    contested: bool,
 }
 
 impl<'a> View<'a> {
@@ -115,19 +120,35 @@ impl<'a> View<'a> {
         }
         let facts: Vec<&ValkeyNode> = by_ref.into_values().collect();
         let mut owner = vec![None; SLOTS as usize];
+        let mut contested = false;
         for (i, f) in facts.iter().enumerate() {
             for r in &f.slots {
                 for slot in r.start..=r.end.min(SLOTS - 1) {
-                    owner[slot as usize] = Some(i);
+                    let was = owner[slot as usize].replace(i);
+                    contested |= was.is_some_and(|j| j != i);
                 }
             }
+        }
+        let mut served = vec![0; facts.len()];
+        for &i in owner.iter().flatten() {
+            served[i] += 1;
         }
         View {
             shards,
             nodes,
             facts,
             owner,
+            served,
+            contested,
         }
+    }
+
+    /// How many slots `f` (one of `facts`) serves.
+    fn served_by(&self, f: &ValkeyNode) -> u32 {
+        self.facts
+            .iter()
+            .position(|g| std::ptr::eq(*g, f))
+            .map_or(0, |i| self.served[i])
     }
 
     fn is_desired(&self, n: &ValkeyNode) -> bool {
@@ -673,13 +694,15 @@ fn is_formed(view: &View<'_>) -> bool {
     {
         return false;
     }
+    if view.contested {
+        return false;
+    }
     let quotas = quotas(view.shards);
     (0..view.shards).all(|shard| {
         let Ok(Some(p)) = view.primary(shard) else {
             return false;
         };
-        let served: u32 = p.slots.iter().map(|r| r.end - r.start + 1).sum();
-        served == quotas[shard as usize]
+        view.served_by(p) == quotas[shard as usize]
             && view
                 .desired()
                 .filter(|f| f.shard == shard && f.id != p.id)

@@ -154,3 +154,45 @@ fn an_id_a_node_of_the_spec_reports_is_never_forgotten() {
     let d = reconcile(&input(1, 0, facts.clone(), pods(&facts))).expect("valid");
     assert_eq!(forgotten(&d), ["id-0-1"]);
 }
+
+/// 87fbde5d09709292 (a later run of the same seed): a node reporting an
+/// inverted range (`4588-0`) next to its real one made the count of its
+/// slots overflow: a panic natively, a wrong count in wasm (no overflow
+/// checks there). Slots are now counted one by one, and an inverted range
+/// or one past 16383 serves none.
+#[test]
+fn a_range_that_serves_nothing_counts_for_nothing() {
+    for junk in [
+        (4588, 0),
+        (16384, 20000),
+        (u32::MAX, u32::MAX),
+        (0, u32::MAX),
+    ] {
+        let mut facts = formed(2, 1);
+        facts[0].slots.push(SlotRange {
+            start: junk.0,
+            end: junk.1,
+        });
+        let d = reconcile(&input(2, 0, facts.clone(), pods(&facts))).expect("valid");
+        // `0-u32::MAX` claims every slot, shard 1's too: not formed.
+        let claims_all = junk == (0, u32::MAX);
+        assert_eq!(
+            d.topology.formed, !claims_all,
+            "{junk:?}: {}",
+            d.topology.waiting
+        );
+    }
+    // A slot claimed by two shards' primaries is not formed, whichever
+    // answer comes first.
+    for first in [0, 1] {
+        let mut facts = formed(2, 1);
+        let other = 1 - first;
+        let slot = facts[first].slots[0].start;
+        facts[other].slots.push(SlotRange {
+            start: slot,
+            end: slot,
+        });
+        let d = reconcile(&input(2, 0, facts.clone(), pods(&facts))).expect("valid");
+        assert!(!d.topology.formed, "claimed twice, {first} first");
+    }
+}
