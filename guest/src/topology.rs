@@ -30,6 +30,7 @@
 //! settings, `CLUSTER NODES` shows every client (the operator included) the
 //! external endpoints.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 use shardgate_contract::model::{
@@ -110,13 +111,22 @@ struct View<'a> {
     served: Vec<u32>,
     /// Some slot is claimed by two answering nodes.
     contested: bool,
+    /// Answers at a place that had answered already (two nodes at one
+    /// place, which the host never sends): nothing is planned with them.
+    again: Vec<&'a ValkeyNode>,
 }
 
 impl<'a> View<'a> {
     fn new(shards: u32, nodes: u32, all: &'a [ValkeyNode]) -> Self {
         let mut by_ref: BTreeMap<(u32, u32), &ValkeyNode> = BTreeMap::new();
+        let mut again = Vec::new();
         for f in all {
-            by_ref.entry((f.shard, f.node)).or_insert(f);
+            match by_ref.entry((f.shard, f.node)) {
+                Entry::Vacant(e) => {
+                    e.insert(f);
+                }
+                Entry::Occupied(_) => again.push(f),
+            }
         }
         let facts: Vec<&ValkeyNode> = by_ref.into_values().collect();
         let mut owner = vec![None; SLOTS as usize];
@@ -140,6 +150,7 @@ impl<'a> View<'a> {
             owner,
             served,
             contested,
+            again,
         }
     }
 
@@ -299,7 +310,8 @@ fn departing(view: &View<'_>, pods: &[ObservedPod]) -> Vec<NodeRef> {
             out.insert(at);
         }
     }
-    for f in view.facts.iter().filter(|f| !view.is_desired(f)) {
+    let every_answer = view.facts.iter().chain(&view.again);
+    for f in every_answer.filter(|f| !view.is_desired(f)) {
         if holds(f) {
             out.insert(node_ref(f));
         }
@@ -313,6 +325,16 @@ fn next_steps(
     pods: &[ObservedPod],
     persistent: bool,
 ) -> (Vec<Step>, Option<String>) {
+    if let Some(f) = view.again.first() {
+        return (
+            Vec::new(),
+            Some(format!(
+                "{} answered more than once (two node IDs at one place); nothing is planned \
+                 until one node answers there",
+                describe(node_ref(f))
+            )),
+        );
+    }
     let Some(anchor) = view.desired().next() else {
         return (Vec::new(), Some("no node of the spec answered yet".into()));
     };
@@ -684,6 +706,9 @@ fn roll(view: &View<'_>, pods: &[ObservedPod], persistent: bool) -> Phase {
 /// Every spec node answered, the spec's shards serve every slot at their
 /// share, each has its replicas in sync, nothing is migrating or departing.
 fn is_formed(view: &View<'_>) -> bool {
+    if !view.again.is_empty() {
+        return false;
+    }
     if !view.missing().is_empty() || view.facts.iter().any(|f| !view.is_desired(f)) {
         return false;
     }

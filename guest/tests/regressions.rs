@@ -196,3 +196,36 @@ fn a_range_that_serves_nothing_counts_for_nothing() {
         assert!(!d.topology.formed, "claimed twice, {first} first");
     }
 }
+
+/// 0317a88c08025f02: two answers at one place (a fresh node, then the
+/// node serving the shard's slots after a failover). The second was
+/// dropped unseen, so a place past the spec whose node serves slots was
+/// let go. The host sends one answer per place; when it does not, every
+/// answer counts for what is kept, and nothing is planned.
+#[test]
+fn two_answers_at_one_place_keep_it_and_plan_nothing() {
+    let mut facts = formed(1, 2);
+    let slots = std::mem::take(&mut facts[0].slots);
+    facts[0].primary = Some(id(0, 1));
+    facts[1].primary = None;
+    facts[1].slots = slots;
+    let mut fresh = facts[1].clone();
+    fresh.id = "fresh".into();
+    fresh.slots.clear();
+    fresh.peers.clear();
+    facts.insert(1, fresh);
+    for order in [
+        facts.clone(),
+        vec![facts[0].clone(), facts[2].clone(), facts[1].clone()],
+    ] {
+        let d = reconcile(&input(1, 0, order.clone(), pods(&order))).expect("valid");
+        assert_eq!(d.topology.departing, [NodeRef { shard: 0, node: 1 }]);
+        assert_eq!(d.nodes.len(), 2);
+        assert!(d.topology.steps.is_empty(), "{:?}", d.topology.steps);
+        assert!(
+            d.topology.waiting.contains("more than once"),
+            "{}",
+            d.topology.waiting
+        );
+    }
+}
