@@ -30,6 +30,7 @@
 //! settings, `CLUSTER NODES` shows every client (the operator included) the
 //! external endpoints.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 use shardgate_contract::model::{
@@ -105,29 +106,60 @@ struct View<'a> {
     facts: Vec<&'a ValkeyNode>,
     /// Index into `facts` of the node serving each slot.
     owner: Vec<Option<usize>>,
+    /// How many slots each fact serves, counted slot by slot: a range that
+    /// is inverted or past 16383 serves none.
+    served: Vec<u32>,
+    /// Some slot is claimed by two answering nodes.
+    contested: bool,
+    /// Answers at a place that had answered already (two nodes at one
+    /// place, which the host never sends): nothing is planned with them.
+    again: Vec<&'a ValkeyNode>,
 }
 
 impl<'a> View<'a> {
     fn new(shards: u32, nodes: u32, all: &'a [ValkeyNode]) -> Self {
         let mut by_ref: BTreeMap<(u32, u32), &ValkeyNode> = BTreeMap::new();
+        let mut again = Vec::new();
         for f in all {
-            by_ref.entry((f.shard, f.node)).or_insert(f);
+            match by_ref.entry((f.shard, f.node)) {
+                Entry::Vacant(e) => {
+                    e.insert(f);
+                }
+                Entry::Occupied(_) => again.push(f),
+            }
         }
         let facts: Vec<&ValkeyNode> = by_ref.into_values().collect();
         let mut owner = vec![None; SLOTS as usize];
+        let mut contested = false;
         for (i, f) in facts.iter().enumerate() {
             for r in &f.slots {
                 for slot in r.start..=r.end.min(SLOTS - 1) {
-                    owner[slot as usize] = Some(i);
+                    let was = owner[slot as usize].replace(i);
+                    contested |= was.is_some_and(|j| j != i);
                 }
             }
+        }
+        let mut served = vec![0; facts.len()];
+        for &i in owner.iter().flatten() {
+            served[i] += 1;
         }
         View {
             shards,
             nodes,
             facts,
             owner,
+            served,
+            contested,
+            again,
         }
+    }
+
+    /// How many slots `f` (one of `facts`) serves.
+    fn served_by(&self, f: &ValkeyNode) -> u32 {
+        self.facts
+            .iter()
+            .position(|g| std::ptr::eq(*g, f))
+            .map_or(0, |i| self.served[i])
     }
 
     fn is_desired(&self, n: &ValkeyNode) -> bool {
@@ -250,9 +282,19 @@ pub fn plan(shape: Shape, pods: &[ObservedPod], facts: Option<&[ValkeyNode]>) ->
     }
 }
 
+/// Whether some spec makes a node at `at` (a shard below
+/// [`MAX_SHARDS`](crate::validate::MAX_SHARDS), a node index at most
+/// [`MAX_REPLICAS`](crate::validate::MAX_REPLICAS)): only such a node can
+/// have objects of the cluster to keep. A pod or an answer at any other
+/// place is not the cluster's own (a label edited by hand, a corrupt read).
+pub fn placeable(at: NodeRef) -> bool {
+    at.shard < crate::validate::MAX_SHARDS as u32 && at.node <= crate::validate::MAX_REPLICAS as u32
+}
+
 /// Nodes past the spec that must stay: a pod that did not answer (it cannot
 /// be checked), or a node that serves slots or is still known by a node of
-/// the spec. Everything else past the spec may go.
+/// the spec. Everything else past the spec may go, and nothing at a place
+/// no spec makes ([`placeable`]) is kept.
 fn departing(view: &View<'_>, pods: &[ObservedPod]) -> Vec<NodeRef> {
     let holds = |f: &ValkeyNode| owns_slots(f) || view.desired().any(|d| knows(d, &f.id));
     let mut out = BTreeSet::new();
@@ -268,12 +310,13 @@ fn departing(view: &View<'_>, pods: &[ObservedPod]) -> Vec<NodeRef> {
             out.insert(at);
         }
     }
-    for f in view.facts.iter().filter(|f| !view.is_desired(f)) {
+    let every_answer = view.facts.iter().chain(&view.again);
+    for f in every_answer.filter(|f| !view.is_desired(f)) {
         if holds(f) {
             out.insert(node_ref(f));
         }
     }
-    out.into_iter().collect()
+    out.into_iter().filter(|at| placeable(*at)).collect()
 }
 
 /// The first phase with work: its steps, or why nothing can be done yet.
@@ -282,6 +325,16 @@ fn next_steps(
     pods: &[ObservedPod],
     persistent: bool,
 ) -> (Vec<Step>, Option<String>) {
+    if let Some(f) = view.again.first() {
+        return (
+            Vec::new(),
+            Some(format!(
+                "{} answered more than once (two node IDs at one place); nothing is planned \
+                 until one node answers there",
+                describe(node_ref(f))
+            )),
+        );
+    }
     let Some(anchor) = view.desired().next() else {
         return (Vec::new(), Some("no node of the spec answered yet".into()));
     };
@@ -564,14 +617,26 @@ fn balance(view: &View<'_>) -> Phase {
 }
 
 /// Departing nodes that serve nothing and nobody follows; IDs that no node
-/// of ours holds any more.
+/// of ours holds any more. An ID that a node of the spec, or any node that
+/// serves slots, reports as its own is never forgotten, whoever else
+/// reports it too: `CLUSTER FORGET` goes by ID (two nodes with one ID: a
+/// copied `nodes.conf`), and an empty ID names nobody.
 fn forget(view: &View<'_>, pods: &[ObservedPod]) -> Phase {
     let mut ids: BTreeSet<&str> = BTreeSet::new();
     for f in view.facts.iter().filter(|f| !view.is_desired(f)) {
         let followed = view
             .desired()
             .any(|d| d.primary.as_deref() == Some(f.id.as_str()));
-        if !owns_slots(f) && !followed && view.desired().any(|d| knows(d, &f.id)) {
+        let claimed = view
+            .facts
+            .iter()
+            .any(|g| g.id == f.id && (view.is_desired(g) || owns_slots(g)));
+        if !owns_slots(f)
+            && !followed
+            && !claimed
+            && !f.id.is_empty()
+            && view.desired().any(|d| knows(d, &f.id))
+        {
             ids.insert(&f.id);
         }
     }
@@ -646,6 +711,9 @@ fn roll(view: &View<'_>, pods: &[ObservedPod], persistent: bool) -> Phase {
 /// pod IP no outside client can reach, so the cluster is not formed until
 /// it has failed and been forgotten.
 fn is_formed(view: &View<'_>) -> bool {
+    if !view.again.is_empty() {
+        return false;
+    }
     if !view.missing().is_empty() || view.facts.iter().any(|f| !view.is_desired(f)) {
         return false;
     }
@@ -659,13 +727,15 @@ fn is_formed(view: &View<'_>) -> bool {
     {
         return false;
     }
+    if view.contested {
+        return false;
+    }
     let quotas = quotas(view.shards);
     (0..view.shards).all(|shard| {
         let Ok(Some(p)) = view.primary(shard) else {
             return false;
         };
-        let served: u32 = p.slots.iter().map(|r| r.end - r.start + 1).sum();
-        served == quotas[shard as usize]
+        view.served_by(p) == quotas[shard as usize]
             && view
                 .desired()
                 .filter(|f| f.shard == shard && f.id != p.id)

@@ -87,3 +87,24 @@ fn a_non_component_is_refused_clearly() {
         "{err:#}"
     );
 }
+
+#[test]
+fn a_call_reports_the_most_memory_its_guest_held() {
+    let rt = engine();
+    let module = rt.load_embedded().unwrap();
+    let (answer, small) = module.reconcile_metered(&input("demo"));
+    assert!(answer.unwrap().is_ok());
+    let mut big = input("big");
+    big.cluster.shards = 300;
+    big.cluster.replicas = 2;
+    let (answer, large) = module.reconcile_metered(&big);
+    assert_eq!(answer.unwrap().unwrap().nodes.len(), 900);
+    assert!(0 < small && small < large, "{small} then {large}");
+    assert!(large <= 16 << 20);
+
+    // A call stopped at its cap reports what it held up to there.
+    let misbehave = rt.load(MISBEHAVE).unwrap();
+    let (answer, peak) = misbehave.reconcile_metered(&input("alloc"));
+    assert!(matches!(answer, Err(CallError::MemoryCap(_))), "{answer:?}");
+    assert!((12 << 20..=16 << 20).contains(&peak), "{peak}");
+}

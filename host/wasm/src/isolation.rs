@@ -33,6 +33,10 @@ pub struct State {
     memory_cap: usize,
     /// Set when the guest asked to grow past its memory cap.
     pub cap_hit: bool,
+    /// Linear memory the guest holds now, all its memories together.
+    memory: usize,
+    /// The most [`State::memory`] ever was in this Store.
+    peak: usize,
 }
 
 impl State {
@@ -43,7 +47,15 @@ impl State {
             table: ResourceTable::new(),
             memory_cap: limits.memory_bytes,
             cap_hit: false,
+            memory: 0,
+            peak: 0,
         }
+    }
+
+    /// The most linear memory the guest held at once in this Store, in
+    /// bytes: its initial memory plus every growth the limiter allowed.
+    pub fn peak_memory(&self) -> usize {
+        self.peak
     }
 }
 
@@ -57,11 +69,13 @@ impl WasiView for State {
 }
 
 /// Records and refuses growth past the cap. The refusal traps at once (as
-/// `trap_on_grow_failure` does), and [`State::cap_hit`] tells why.
+/// `trap_on_grow_failure` does), and [`State::cap_hit`] tells why. Growth
+/// it allows is added up for [`State::peak_memory`]: two additions and a
+/// comparison per `memory.grow`, which a call does a few dozen times.
 impl ResourceLimiter for State {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
@@ -70,6 +84,9 @@ impl ResourceLimiter for State {
             // An error here traps the guest at the failing `memory.grow`.
             return Err(wasmtime::Error::msg("memory cap exceeded"));
         }
+        // Called for each memory's initial size too (current 0).
+        self.memory = self.memory.saturating_add(desired.saturating_sub(current));
+        self.peak = self.peak.max(self.memory);
         Ok(true)
     }
 

@@ -117,6 +117,14 @@ impl Module {
     /// Calls `reconcile`. The outer error is the sandbox's (trap, deadline,
     /// cap); the inner one is the guest's verdict on the input.
     pub fn reconcile(&self, input: &Input) -> Result<ReconcileResult, CallError> {
+        self.reconcile_metered(input).0
+    }
+
+    /// Calls `reconcile` like [`Module::reconcile`], and also reports the
+    /// most linear memory the guest held during the call (instantiation
+    /// included), in bytes, whether or not the call succeeded: what size
+    /// checks and benchmarks read. The limiter counts it on every call.
+    pub fn reconcile_metered(&self, input: &Input) -> (Result<ReconcileResult, CallError>, usize) {
         self.call(|store, instance| {
             let f = instance
                 .get_typed_func::<(&Input,), (ReconcileResult,)>(&mut *store, self.reconcile)?;
@@ -131,6 +139,7 @@ impl Module {
                 .get_typed_func::<(&Cluster,), (Vec<Violation>,)>(&mut *store, self.validate)?;
             Ok(f.call(&mut *store, (cluster,))?.0)
         })
+        .0
     }
 
     /// Instantiates once and looks the functions up with their Rust types, so
@@ -164,16 +173,19 @@ impl Module {
         store
     }
 
+    /// Runs `f` on a fresh instance; also returns the guest's peak linear
+    /// memory in bytes.
     fn call<R>(
         &self,
         f: impl FnOnce(&mut Store<State>, &wasmtime::component::Instance) -> wasmtime::Result<R>,
-    ) -> Result<R, CallError> {
+    ) -> (Result<R, CallError>, usize) {
         let mut store = self.store();
         let result = self
             .pre
             .instantiate(&mut store)
             .and_then(|instance| f(&mut store, &instance));
-        result.map_err(|e| self.classify(&store, e))
+        let peak = store.data().peak_memory();
+        (result.map_err(|e| self.classify(&store, e)), peak)
     }
 
     fn classify(&self, store: &Store<State>, e: wasmtime::Error) -> CallError {
