@@ -211,10 +211,18 @@ impl Writer {
                         if let Some(now) = topology(&mut conn).await
                             && now != seeds
                         {
-                            let first = now.iter().next().cloned().unwrap_or_default();
-                            conn = crate::valkey::cluster_client(&first, Some(&login)).await;
-                            seeds = now;
-                            out.refreshes += 1;
+                            // Every node a seed: one frozen or gone node
+                            // does not keep the application out.
+                            let all: Vec<String> = now.iter().cloned().collect();
+                            match crate::valkey::try_cluster_client_seeds(&all, Some(&login)).await
+                            {
+                                Ok(c) => {
+                                    conn = c;
+                                    seeds = now;
+                                    out.refreshes += 1;
+                                }
+                                Err(e) => out.errors.push(format!("reconnect: {e}")),
+                            }
                         }
                     }
                     let key = format!("{tag}-{i}", tag = "w");

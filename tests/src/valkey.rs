@@ -199,6 +199,29 @@ pub async fn cluster_client(seed: &str, login: Option<&Login>) -> ClusterConnect
     open_cluster(seed, cluster_builder(seed, login)).await
 }
 
+/// A cluster client seeded with every address in `seeds`, as an
+/// application that knows the whole topology reconnects: any one reachable
+/// seed is enough. An error, not a panic, when none answers.
+pub async fn try_cluster_client_seeds(
+    seeds: &[String],
+    login: Option<&Login>,
+) -> RedisResult<ClusterConnection> {
+    let mut builder = ClusterClientBuilder::new(
+        seeds
+            .iter()
+            .map(|s| format!("redis://{s}/"))
+            .collect::<Vec<_>>(),
+    )
+    .connection_timeout(CONNECT_TIMEOUT)
+    .response_timeout(RESPONSE_TIMEOUT);
+    if let Some(l) = login {
+        builder = builder
+            .username(l.username.clone())
+            .password(l.password.clone());
+    }
+    builder.build()?.get_async_connection().await
+}
+
 /// [`cluster_client`], resolving the hostnames nodes announce with
 /// `resolver`.
 pub async fn cluster_client_resolving(
