@@ -205,6 +205,24 @@ impl Operator {
         }
     }
 
+    /// At rest: a reconcile of every cluster started after this call and
+    /// every reconcile started so far has finished. What a test reads after
+    /// this includes everything those reconciles wrote; no sleep needed.
+    pub async fn settle(&self) {
+        self.resync(1).await;
+        wait::until(
+            "every started reconcile to finish",
+            Duration::from_secs(30),
+            || self.finished() >= self.reconciles(),
+        )
+        .await;
+    }
+
+    /// Reconciles that have finished, with or without an error.
+    pub fn finished(&self) -> u64 {
+        metric_sum(&self.metrics, "shardgate_reconcile_duration_seconds_count")
+    }
+
     /// Asks for every cluster to be reconciled, without waiting: a clone of
     /// the sender, for a task that asks again and again.
     pub fn resync_sender(&self) -> broadcast::Sender<()> {

@@ -125,7 +125,12 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
             }
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let warm = metrics.reconciles.get() + 5;
+    wait::until("the load to run", Duration::from_secs(10), || {
+        metrics.reconciles.get() >= warm
+    })
+    .await;
+    op.settle().await;
     let writes_before = emu.total_writes();
     let counts_before = emu.write_counts();
     let errors_before = op.errors();
@@ -165,10 +170,10 @@ async fn swaps_under_load_fail_no_reconcile_and_write_nothing() {
         })
         .await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
     stop_load.store(true, Ordering::Relaxed);
     load.await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every reconcile the load started has finished: all they wrote counts.
+    op.settle().await;
 
     let reconciles = metrics.reconciles.get() - reconciles_start;
     assert_eq!(op.errors(), errors_before, "no reconcile failed");
@@ -360,9 +365,11 @@ async fn bad_modules_are_rejected_with_their_reason_and_the_last_good_one_serves
     }
 
     // Each rejection was recorded as an Event about the operator's Pod.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait::until("a ModuleRejected Event", Duration::from_secs(10), || {
+        !events(&emu, "ModuleRejected").is_empty()
+    })
+    .await;
     let recorded = events(&emu, "ModuleRejected");
-    assert!(!recorded.is_empty(), "a ModuleRejected Event");
     assert!(
         recorded
             .iter()
@@ -577,8 +584,7 @@ async fn a_configmap_source_is_watched_through_the_api() {
     assert_eq!(ev["regarding"]["name"], "shardgate-module", "{ev:#}");
 
     // The cluster kept converging through both swaps.
-    op.resync_sender().send(()).ok();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    op.settle().await;
     assert!(converged(&emu, "cm"));
     assert_eq!(op.errors(), 0);
     watch.abort();

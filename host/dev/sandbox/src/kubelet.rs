@@ -85,6 +85,7 @@ use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -148,6 +149,9 @@ struct Shared {
     emu: Arc<Emulator>,
     options: KubeletOptions,
     state: Mutex<State>,
+    /// Sync passes completed, for tests that wait for the kubelet to have
+    /// looked again rather than for a while.
+    syncs: AtomicU64,
 }
 
 struct State {
@@ -220,6 +224,7 @@ impl Kubelet {
                 next_refresh: Instant::now(),
             }),
             options,
+            syncs: AtomicU64::new(0),
         });
         let (stop, stopped) = oneshot::channel();
         let task = runtime.spawn(run(shared.clone(), stopped));
@@ -310,6 +315,12 @@ impl Kubelet {
     pub fn restarts(&self, pod: &str) -> u32 {
         let st = self.shared.state();
         st.pods.get(pod).map_or(0, |rt| rt.starts.saturating_sub(1))
+    }
+
+    /// Sync passes completed so far. A test that asserts something did
+    /// *not* happen waits for a few more passes, not for a fixed time.
+    pub fn syncs(&self) -> u64 {
+        self.shared.syncs.load(Ordering::Relaxed)
     }
 
     /// Errors so far, oldest first, each starting with `pod <name>:`.
@@ -458,6 +469,7 @@ impl Shared {
         self.start_due(&pods);
         self.probe().await;
         self.publish(&pods);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The namespace's Pods bound to one of this kubelet's nodes that are
