@@ -137,15 +137,11 @@ impl Nodes {
         for a in self.nodes.values_mut() {
             a.announced = a.client.cluster_nodes().await?.announced;
         }
-        let own: BTreeMap<&str, &str> = self
-            .nodes
-            .values()
-            .filter_map(|a| Some((a.facts.id.as_str(), a.announced.get(&a.facts.id)?.as_str())))
-            .collect();
-        Ok(self.nodes.values().all(|a| {
-            own.iter()
-                .all(|(id, addr)| a.announced.get(*id).is_none_or(|seen| seen == addr))
-        }))
+        Ok(announce_agreed(
+            self.nodes
+                .values()
+                .map(|a| (a.facts.id.as_str(), &a.announced)),
+        ))
     }
 
     /// Brings every answering node's ACL to the revision whose marker user
@@ -299,6 +295,25 @@ pub fn describe(step: &Step) -> String {
     }
 }
 
+/// Whether every node of `views` (its ID and the addresses its `CLUSTER
+/// NODES` gives, by ID) lists every other one at the address that node
+/// gives itself. A node that does not list another yet is not agreed: it
+/// learns the peer later by gossip, first with the peer's bus address only
+/// (its pod IP), and would hand that to clients (found by the chaos suite,
+/// seed 529481012: a replica added while the operator was killed).
+fn announce_agreed<'a>(
+    views: impl Iterator<Item = (&'a str, &'a BTreeMap<String, String>)> + Clone,
+) -> bool {
+    let own: Vec<(&str, &str)> = views
+        .clone()
+        .filter_map(|(id, seen)| Some((id, seen.get(id)?.as_str())))
+        .collect();
+    views.into_iter().all(|(_, seen)| {
+        own.iter()
+            .all(|(id, addr)| seen.get(*id).is_some_and(|s| s == addr))
+    })
+}
+
 /// Whether the node that reported `facts` should be told to forget `id`:
 /// it knows `id`, and `id` is not its own primary (Valkey refuses to forget
 /// a node's primary, so that would only fail the step).
@@ -311,6 +326,35 @@ mod tests {
     use shardgate_contract::model::Peer;
 
     use super::*;
+
+    #[test]
+    fn announce_is_agreed_only_when_every_node_lists_every_other_as_it_announces_itself() {
+        let view = |entries: &[(&str, &str)]| -> BTreeMap<String, String> {
+            entries
+                .iter()
+                .map(|(id, addr)| ((*id).to_string(), (*addr).to_string()))
+                .collect()
+        };
+        let a_self = ("a", "10.0.0.1:30001@16379");
+        let b_self = ("b", "10.0.0.1:30002@16379");
+        let b_pod = ("b", "127.0.1.9:6379@16379");
+        // (a's view, b's view) => agreed
+        let cases = [
+            (view(&[a_self, b_self]), view(&[a_self, b_self]), true),
+            // a still lists b at its pod address: b's announce has not reached a
+            (view(&[a_self, b_pod]), view(&[a_self, b_self]), false),
+            // a does not list b yet: it will, by gossip, at first by bus address
+            (view(&[a_self]), view(&[a_self, b_self]), false),
+        ];
+        for (i, (a, b, agreed)) in cases.iter().enumerate() {
+            let views = [("a", a), ("b", b)];
+            assert_eq!(
+                announce_agreed(views.iter().map(|(id, v)| (*id, *v))),
+                *agreed,
+                "case {i}"
+            );
+        }
+    }
 
     #[test]
     fn forget_goes_to_every_node_that_knows_the_id_but_its_replicas() {
