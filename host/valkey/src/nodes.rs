@@ -295,20 +295,32 @@ pub fn describe(step: &Step) -> String {
     }
 }
 
-/// Whether every node of `views` (its ID and the addresses its `CLUSTER
-/// NODES` gives, by ID) lists every other one at the address that node
-/// gives itself. A node that does not list another yet is not agreed: it
-/// learns the peer later by gossip, first with the peer's bus address only
-/// (its pod IP), and would hand that to clients (found by the chaos suite,
-/// seed 529481012: a replica added while the operator was killed).
+/// Whether every member of the cluster among `views` (each node's ID and
+/// the addresses its `CLUSTER NODES` gives, by ID) lists every other member
+/// at the address that member gives itself. A member is a node some other
+/// node lists: a node every other one has forgotten (departing) is not
+/// asked about, nor about. A member that does not list another yet is not
+/// agreed: it learns the peer later by gossip, first with the peer's bus
+/// address only (its pod IP), and would hand that to clients (found by the
+/// chaos suite, seed 529481012: a replica added while the operator was
+/// killed).
 fn announce_agreed<'a>(
     views: impl Iterator<Item = (&'a str, &'a BTreeMap<String, String>)> + Clone,
 ) -> bool {
-    let own: Vec<(&str, &str)> = views
+    let listed_by_another = |id: &str| {
+        views
+            .clone()
+            .any(|(other, seen)| other != id && seen.contains_key(id))
+    };
+    let members: Vec<(&str, &BTreeMap<String, String>)> = views
         .clone()
-        .filter_map(|(id, seen)| Some((id, seen.get(id)?.as_str())))
+        .filter(|(id, _)| listed_by_another(id))
         .collect();
-    views.into_iter().all(|(_, seen)| {
+    let own: Vec<(&str, &str)> = members
+        .iter()
+        .filter_map(|(id, seen)| Some((*id, seen.get(*id)?.as_str())))
+        .collect();
+    members.iter().all(|(_, seen)| {
         own.iter()
             .all(|(id, addr)| seen.get(*id).is_some_and(|s| s == addr))
     })
@@ -338,16 +350,47 @@ mod tests {
         let a_self = ("a", "10.0.0.1:30001@16379");
         let b_self = ("b", "10.0.0.1:30002@16379");
         let b_pod = ("b", "127.0.1.9:6379@16379");
-        // (a's view, b's view) => agreed
+        let c_self = ("c", "10.0.0.1:30003@16379");
+        // (a's view, b's view, c's view) => agreed
         let cases = [
-            (view(&[a_self, b_self]), view(&[a_self, b_self]), true),
+            (
+                view(&[a_self, b_self, c_self]),
+                view(&[a_self, b_self, c_self]),
+                view(&[a_self, b_self, c_self]),
+                true,
+            ),
             // a still lists b at its pod address: b's announce has not reached a
-            (view(&[a_self, b_pod]), view(&[a_self, b_self]), false),
-            // a does not list b yet: it will, by gossip, at first by bus address
-            (view(&[a_self]), view(&[a_self, b_self]), false),
+            (
+                view(&[a_self, b_pod, c_self]),
+                view(&[a_self, b_self, c_self]),
+                view(&[a_self, b_self, c_self]),
+                false,
+            ),
+            // a does not list b yet (c does): a learns b later by gossip, at
+            // first by its bus address
+            (
+                view(&[a_self, c_self]),
+                view(&[a_self, b_self, c_self]),
+                view(&[a_self, b_self, c_self]),
+                false,
+            ),
+            // b forgotten by every other node (departing, reset or not): not
+            // a member, neither asked nor asked about
+            (
+                view(&[a_self, c_self]),
+                view(&[a_self, b_self, c_self]),
+                view(&[a_self, c_self]),
+                true,
+            ),
+            (
+                view(&[a_self, c_self]),
+                view(&[b_self]),
+                view(&[a_self, c_self]),
+                true,
+            ),
         ];
-        for (i, (a, b, agreed)) in cases.iter().enumerate() {
-            let views = [("a", a), ("b", b)];
+        for (i, (a, b, c, agreed)) in cases.iter().enumerate() {
+            let views = [("a", a), ("b", b), ("c", c)];
             assert_eq!(
                 announce_agreed(views.iter().map(|(id, v)| (*id, *v))),
                 *agreed,
