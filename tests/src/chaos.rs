@@ -333,6 +333,16 @@ impl Chaos {
         }
     }
 
+    /// Freezes node (shard, node) for a seeded 6-10 s (past the 5 s node
+    /// timeout), then thaws it. The freeze is the fault, not a wait.
+    pub async fn freeze_for_a_while(&mut self, shard: u32, node: u32) {
+        let frozen = Duration::from_secs(self.rng.u64(6..=10));
+        self.freeze(shard, node, true);
+        tokio::time::sleep(frozen).await;
+        self.freeze(shard, node, false);
+        println!("froze shard {shard} node {node} for {frozen:?}");
+    }
+
     /// SIGKILLs node (shard, node)'s process (the kubelet restarts it).
     pub fn kill_node(&mut self, shard: u32, node: u32) {
         let pod = e2e::pod_name(&self.sandbox, shard, node);

@@ -397,11 +397,7 @@ async fn a_primary_frozen_past_the_node_timeout() {
         let writer = chaos::writer(&c, true).await;
         let shard = c.rng.u32(0..3);
         let node = c.primary_of(shard, 2).await;
-        let frozen = Duration::from_secs(c.rng.u64(6..=10));
-        c.freeze(shard, node, true);
-        tokio::time::sleep(frozen).await;
-        c.freeze(shard, node, false);
-        println!("froze shard {shard} node {node} for {frozen:?}");
+        c.freeze_for_a_while(shard, node).await;
         c.settle(Some(writer), shape(3, 1)).await;
     }
 }
@@ -427,11 +423,7 @@ async fn a_node_frozen_during_an_announce_change() {
             .await;
         c.after_writes(before, 1).await;
         let (shard, node) = (c.rng.u32(0..3), c.rng.u32(0..2));
-        let frozen = Duration::from_secs(c.rng.u64(6..=10));
-        c.freeze(shard, node, true);
-        tokio::time::sleep(frozen).await;
-        c.freeze(shard, node, false);
-        println!("froze shard {shard} node {node} for {frozen:?}");
+        c.freeze_for_a_while(shard, node).await;
         c.settle(Some(writer), shape(3, 1)).await;
     }
 }
@@ -500,10 +492,7 @@ async fn migration_fault(scenario: &str, kill: bool) {
         if kill {
             c.kill_node(shard, node);
         } else {
-            let frozen = Duration::from_secs(c.rng.u64(6..=10));
-            c.freeze(shard, node, true);
-            tokio::time::sleep(frozen).await;
-            c.freeze(shard, node, false);
+            c.freeze_for_a_while(shard, node).await;
         }
         println!(
             "{} shard {shard} node {node} mid-migration",
