@@ -82,7 +82,17 @@ fn python(kubeconfig: &Path, script: &str) -> String {
 
 #[test]
 fn kubectl_and_the_python_client_drive_a_running_sandbox() {
-    let dir = std::env::temp_dir().join(format!("shardgate-interactive-{}", std::process::id()));
+    // A fresh directory: a ready file left by an earlier run (the same pid,
+    // reused) would be taken for this sandbox's.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!(
+        "shardgate-interactive-{}-{nanos}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let manifest = dir.join("cluster.yaml");
     std::fs::write(
@@ -189,4 +199,6 @@ client.CoreV1Api().delete_namespaced_pod("shardgate-live-0-0-0", "default")
     );
     let pods = kubectl(&kubeconfig, &["get", "pods", "-o", "name"]);
     assert!(pods.contains("pod/shardgate-live-0-0-0"), "{pods}");
+    drop(_sandbox);
+    let _ = std::fs::remove_dir_all(&dir);
 }
