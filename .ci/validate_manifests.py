@@ -146,6 +146,7 @@ Operator manifests, Helm chart, kustomize
       operator role grants exactly
         shardgate.io valkeyclusters: get list watch
         shardgate.io valkeyclusters/status: get patch update
+        shardgate.io valkeyclusters/finalizers: update (blockOwnerDeletion)
         "" services, configmaps: get list watch create patch delete
         apps statefulsets: get list watch create patch delete
         policy poddisruptionbudgets: get list watch create patch delete
@@ -249,6 +250,9 @@ K8S_VERSIONS = ("1.30", kv.major_minor(kv.latest_version()))
 EXPECTED_OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("shardgate.io", "valkeyclusters"): {"get", "list", "watch"},
     ("shardgate.io", "valkeyclusters/status"): {"get", "patch", "update"},
+    # Owner references carry blockOwnerDeletion: true, which clusters enforcing
+    # OwnerReferencesPermissionEnforcement (OpenShift) allow only with this.
+    ("shardgate.io", "valkeyclusters/finalizers"): {"update"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},

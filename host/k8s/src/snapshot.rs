@@ -344,7 +344,7 @@ mod tests {
                 nodes: project(
                     "c",
                     std::slice::from_ref(&set),
-                    &[p.clone()],
+                    std::slice::from_ref(p),
                     &NodeAddresses::default(),
                 ),
                 stateful_sets: vec![set],

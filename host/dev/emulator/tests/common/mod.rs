@@ -168,7 +168,7 @@ fn dechunk(mut s: &str) -> String {
 pub async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
+    Fut: Future<Output = bool>,
 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !check().await {
