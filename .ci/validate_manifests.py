@@ -142,10 +142,24 @@ Operator manifests, Helm chart, kustomize
       election off with 2 replicas, a logFormat or a watchNamespace that
       values.schema.json rejects. `--include-crds --kube-version 1.30.0` renders
       (Chart.yaml's kubeVersion admits the oldest supported Kubernetes).
+  H3  Each optional object (metrics.serviceMonitor, metrics.prometheusRule,
+      metrics.grafanaDashboard, aggregatedRoles), alone and all together:
+      helm lint --strict passes, the operator's own objects are unchanged,
+      exactly the option's objects are added and validate (monitoring.coreos.com
+      kinds structurally: selector and port reach the metrics Service; the
+      four alerts exist with shardgate expressions), the dashboard ConfigMap is
+      labelled grafana_dashboard: "1" and holds JSON, the viewer/editor roles
+      aggregate to view/edit and only touch shardgate.io (viewer read-only,
+      status never written). Null runAsUser/runAsGroup (OpenShift) renders
+      none while runAsNonRoot and readOnlyRootFilesystem stay; a
+      ServiceMonitor without the metrics Service fails. Metric names used by
+      the alerts and the dashboard are checked against the operator's registry
+      by cargo test (host/operator/tests/chart_metrics.rs).
   R1  RBAC least privilege, on the plain manifests and on every render: the
       operator role grants exactly
         shardgate.io valkeyclusters: get list watch
         shardgate.io valkeyclusters/status: get patch update
+        shardgate.io valkeyclusters/finalizers: update (blockOwnerDeletion)
         "" services, configmaps: get list watch create patch delete
         apps statefulsets: get list watch create patch delete
         policy poddisruptionbudgets: get list watch create patch delete
@@ -249,6 +263,9 @@ K8S_VERSIONS = ("1.30", kv.major_minor(kv.latest_version()))
 EXPECTED_OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("shardgate.io", "valkeyclusters"): {"get", "list", "watch"},
     ("shardgate.io", "valkeyclusters/status"): {"get", "patch", "update"},
+    # Owner references carry blockOwnerDeletion: true, which clusters enforcing
+    # OwnerReferencesPermissionEnforcement (OpenShift) allow only with this.
+    ("shardgate.io", "valkeyclusters/finalizers"): {"update"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
@@ -1164,6 +1181,70 @@ def deployment_problems(objs: list[dict], v: Variant, version: str, what: str) -
     return problems
 
 
+def option_problems(extra: list[dict], base: list[dict], what: str) -> list[str]:
+    """The chart's optional objects are wired to what they watch or extend."""
+    problems = []
+    svc = next((o for o in base if o.get("kind") == "Service"), None)
+    for o in extra:
+        kind, labels = o.get("kind"), get(o, "metadata", "labels", default={}) or {}
+        if kind == "ServiceMonitor":
+            sel = get(o, "spec", "selector", "matchLabels", default={})
+            if svc is None or any(get(svc, "metadata", "labels", default={}).get(k) != v
+                                  for k, v in sel.items()) or not sel:
+                problems.append(f"{what}: the ServiceMonitor selects {sel}, not the metrics Service")
+            ports = [e.get("port") for e in get(o, "spec", "endpoints", default=[])]
+            svc_ports = [p.get("name") for p in get(svc or {}, "spec", "ports", default=[])]
+            if not ports or any(p not in svc_ports for p in ports):
+                problems.append(f"{what}: ServiceMonitor ports {ports}, Service has {svc_ports}")
+        elif kind == "PrometheusRule":
+            rules = [r for g in get(o, "spec", "groups", default=[]) for r in g.get("rules", [])]
+            names = {r.get("alert") for r in rules}
+            for want in ("ShardgateClusterNotReady", "ShardgateReconcileErrors",
+                         "ShardgateModuleRejected", "ShardgateModuleRolledBack"):
+                if want not in names:
+                    problems.append(f"{what}: no alert {want}")
+            for r in rules:
+                if not isinstance(r.get("expr"), str) or "shardgate_" not in r["expr"]:
+                    problems.append(f"{what}: alert {r.get('alert')} has no shardgate expression")
+                if not get(r, "annotations", "summary"):
+                    problems.append(f"{what}: alert {r.get('alert')} has no summary")
+                if "for" in r and not re.fullmatch(r"([0-9]+(ms|s|m|h|d|w|y))+", str(r["for"])):
+                    problems.append(f"{what}: alert {r.get('alert')} has a bad for: {r['for']!r}")
+        elif kind == "ConfigMap":
+            if labels.get("grafana_dashboard") != "1":
+                problems.append(f"{what}: the dashboard ConfigMap lacks grafana_dashboard: \"1\"")
+            for key, text in (o.get("data") or {}).items():
+                try:
+                    dash = json.loads(text)
+                except ValueError as e:
+                    problems.append(f"{what}: dashboard {key} is not JSON: {e}")
+                    continue
+                exprs = [t.get("expr", "") for p in dash.get("panels", []) for t in p.get("targets", [])]
+                if not exprs or not all("shardgate_" in e for e in exprs):
+                    problems.append(f"{what}: dashboard {key}: every panel queries shardgate metrics")
+        elif kind == "ClusterRole":
+            name = get(o, "metadata", "name", default="")
+            agg = {k for k in labels if k.startswith("rbac.authorization.k8s.io/aggregate-to-")}
+            rules = o.get("rules", [])
+            if any(set(r.get("apiGroups", [])) != {"shardgate.io"} for r in rules):
+                problems.append(f"{what}: {name} grants outside shardgate.io")
+            verbs = {v for r in rules for v in r.get("verbs", [])}
+            if name.endswith("-viewer"):
+                if agg != {"rbac.authorization.k8s.io/aggregate-to-view"}:
+                    problems.append(f"{what}: {name} aggregates to {agg}, want view")
+                if verbs - {"get", "list", "watch"}:
+                    problems.append(f"{what}: {name} must only read: {verbs}")
+            elif name.endswith("-editor"):
+                if "rbac.authorization.k8s.io/aggregate-to-edit" not in agg:
+                    problems.append(f"{what}: {name} does not aggregate to edit: {agg}")
+                status = [r for r in rules if any(x.endswith("/status") for x in r.get("resources", []))]
+                if any(set(r["verbs"]) - {"get", "list", "watch"} for r in status):
+                    problems.append(f"{what}: {name} may not write status (the operator's)")
+            else:
+                problems.append(f"{what}: unexpected ClusterRole {name}")
+    return problems
+
+
 def operator_set_problems(objs: list[dict], v: Variant, version: str, what: str) -> list[str]:
     problems = []
     got = Counter(o.get("kind") for o in objs)
@@ -1769,6 +1850,75 @@ def main() -> int:
 
     report.check("H2 helm template --include-crds carries the CRD; invalid values fail",
                  check_helm_crds_and_failures)
+
+    # ---- the chart's optional objects: monitoring, people's roles, security contexts
+    OPTIONS = {
+        "metrics.serviceMonitor.enabled": "ServiceMonitor",
+        "metrics.prometheusRule.enabled": "PrometheusRule",
+        "metrics.grafanaDashboard.enabled": "ConfigMap",
+        "aggregatedRoles.enabled": "ClusterRole",
+    }
+
+    def check_helm_options():
+        if tools.missing("helm"):
+            return tools.missing("helm")
+        problems = []
+        base, err = tools.helm_template()
+        if base is None:
+            return [f"helm template (defaults) failed:\n{err}"]
+        base_ids = {ident(o) for o in base}
+        # Each option alone, then all at once: the operator's own objects stay
+        # exactly as with the defaults, and only the option's objects are added.
+        runs = [[k] for k in OPTIONS] + [list(OPTIONS)]
+        for keys in runs:
+            args = [a for k in keys for a in ("--set", f"{k}=true")]
+            what = f"helm template ({', '.join(keys)})"
+            objs, err = tools.helm_template(*args)
+            if objs is None:
+                problems.append(f"{what} failed:\n{err}")
+                continue
+            r = tools.run([tools.helm, "lint", "--strict", str(CHART), *args])
+            if r.returncode != 0:
+                problems.append(f"helm lint --strict {shlex.join(args)} failed:\n{r.stdout}{r.stderr}")
+            extra = [o for o in objs if ident(o) not in base_ids]
+            same = [o for o in objs if ident(o) in base_ids]
+            if normalized(same) != normalized(base):
+                problems.append(f"{what}: changed the operator's own objects: "
+                                f"{diff(normalized(base), normalized(same))}")
+            want = Counter(OPTIONS[k] for k in keys)
+            want["ClusterRole"] += want["ClusterRole"]  # viewer and editor
+            got = Counter(o.get("kind") for o in extra)
+            if got != want:
+                problems.append(f"{what}: added {dict(got)}, want {dict(want)}")
+            problems += k8s_schema_problems([o for o in extra if not o.get("apiVersion", "").startswith(
+                "monitoring.coreos.com/")], what)
+            problems += option_problems(extra, base, what)
+        # OpenShift: its SCC assigns the UID, so the chart must let it go.
+        args = ["--set", "podSecurityContext.runAsUser=null", "--set", "podSecurityContext.runAsGroup=null",
+                "--set", "securityContext.runAsUser=null", "--set", "securityContext.runAsGroup=null"]
+        objs, err = tools.helm_template(*args)
+        if objs is None:
+            problems.append(f"helm template {shlex.join(args)} failed:\n{err}")
+        else:
+            problems += k8s_schema_problems(objs, "helm template (no runAsUser)")
+            pod = next(o for o in objs if o.get("kind") == "Deployment")["spec"]["template"]["spec"]
+            ctx = [pod.get("securityContext", {})] + [c.get("securityContext", {}) for c in pod["containers"]]
+            if any("runAsUser" in c or "runAsGroup" in c for c in ctx):
+                problems.append(f"runAsUser/runAsGroup null still renders a UID: {ctx}")
+            if not all(c.get("runAsNonRoot") for c in ctx):
+                problems.append(f"runAsNonRoot must stay: {ctx}")
+            if not pod["containers"][0]["securityContext"].get("readOnlyRootFilesystem"):
+                problems.append("readOnlyRootFilesystem must stay")
+        objs, err = tools.helm_template("--set", "metrics.serviceMonitor.enabled=true",
+                                        "--set", "metrics.service.enabled=false")
+        if objs is not None:
+            problems.append("a ServiceMonitor without the metrics Service rendered; it must fail")
+        elif "metrics.service.enabled" not in err:
+            problems.append(f"ServiceMonitor without the Service failed without saying why:\n{err}")
+        return problems
+
+    report.check("H3 helm template with each option (ServiceMonitor, PrometheusRule, Grafana dashboard, "
+                 "aggregated roles, securityContext): objects, schemas, wiring", check_helm_options)
 
     # ---- Dockerfile
     def check_dockerfile():

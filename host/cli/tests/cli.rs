@@ -332,6 +332,8 @@ fn every_subcommand_has_help() {
         vec!["--help"],
         vec!["render", "--help"],
         vec!["crd", "--help"],
+        vec!["check", "--help"],
+        vec!["completions", "--help"],
     ] {
         let out = shardgate(&args);
         assert!(out.status.success(), "{args:?}");
@@ -340,6 +342,80 @@ fn every_subcommand_has_help() {
             "{args:?}"
         );
     }
+}
+
+#[test]
+fn completions_are_generated_for_each_shell() {
+    for (shell, expect) in [
+        ("bash", "complete -F _shardgate"),
+        ("zsh", "#compdef shardgate"),
+        ("fish", "complete -c shardgate"),
+    ] {
+        let out = shardgate(&["completions", shell]);
+        assert!(
+            out.status.success(),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(expect), "{shell}: no {expect:?}");
+        // Subcommands and their flags are completed.
+        for word in ["check-module", "endpoints", "kubeconfig"] {
+            assert!(script.contains(word), "{shell}: no {word:?}");
+        }
+    }
+    let out = shardgate(&["completions", "tcsh"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("possible values: bash"));
+}
+
+/// Runs `shardgate args...` with `stdin` as its standard input.
+fn shardgate_with_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shardgate"))
+        .args(args)
+        .current_dir(repo())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running shardgate");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn check_reads_standard_input() {
+    let bad =
+        std::fs::read_to_string(repo().join("tests/fixtures/invalid/bad-fields.yaml")).unwrap();
+    for args in [vec!["check", "-f", "-"], vec!["check", "-"]] {
+        let out = shardgate_with_stdin(&args, &bad);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{args:?}: {stdout}");
+        assert!(
+            stdout.contains("<stdin> (document 1, default/badfields): error: spec.shards: must be at least 1, got 0"),
+            "{args:?}: {stdout}"
+        );
+    }
+    let good = std::fs::read_to_string(sample("valkeycluster-external.yaml")).unwrap();
+    let out = shardgate_with_stdin(
+        &["check", "-f", "-", "deploy/samples/valkeycluster-tls.yaml"],
+        &good,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("2 clusters checked, 0 with errors"),
+        "{stdout}"
+    );
+    let out = shardgate_with_stdin(&["check", "-", "-"], &good);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only once"));
 }
 
 #[test]

@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
     kind = "ValkeyCluster",
     plural = "valkeyclusters",
     shortname = "vkc",
+    category = "shardgate",
+    doc = "A sharded Valkey cluster that shardgate runs and, with spec.externalAccess, makes reachable from outside Kubernetes: one external host:port per node, announced to cluster clients. Authentication is always on (spec.users); TLS with spec.tls. status.conditions say what is Ready and why not; status.externalEndpoints lists the addresses clients use.",
     namespaced,
     status = "ValkeyClusterStatus",
     cel,

@@ -1,6 +1,7 @@
 //! `shardgate check`: validates ValkeyCluster manifests offline with the same
 //! reconcile module the operator runs, for CI pipelines and GitOps.
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -16,9 +17,13 @@ use super::load_module;
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// Manifest files or directories (YAML or JSON, multi-document).
-    #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+    /// Manifest files or directories (YAML or JSON, multi-document); `-`
+    /// reads standard input.
+    #[arg(short = 'f', long = "filename", num_args = 1.., required_unless_present = "paths")]
     files: Vec<PathBuf>,
+    /// The same as -f: manifest files or directories, `-` for standard input.
+    #[arg(value_name = "FILE")]
+    paths: Vec<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = CheckFormat::Text)]
     output: CheckFormat,
@@ -26,6 +31,9 @@ pub struct CheckArgs {
     #[arg(long)]
     module: Option<PathBuf>,
 }
+
+/// The path that stands for standard input.
+const STDIN: &str = "-";
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum CheckFormat {
@@ -37,9 +45,21 @@ impl CheckArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let engine = Engine::new(Limits::default())?;
         let module = load_module(&engine, self.module.as_ref())?;
+        let paths: Vec<PathBuf> = self.files.into_iter().chain(self.paths).collect();
+        if paths.iter().filter(|p| p.as_os_str() == STDIN).count() > 1 {
+            anyhow::bail!("`-` (standard input) can be given only once");
+        }
         let mut reports = Vec::new();
-        for file in expand(&self.files)? {
-            reports.extend(check_file(&file, &module)?);
+        for file in expand(&paths)? {
+            reports.extend(if file.as_os_str() == STDIN {
+                let mut text = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .context("reading standard input")?;
+                check_text(Path::new("<stdin>"), &text, &module)?
+            } else {
+                check_file(&file, &module)?
+            });
         }
         let failed = reports.iter().any(|r| r.has_errors());
         match self.output {
@@ -154,8 +174,14 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 pub fn check_file(file: &Path, module: &dyn Reconciler) -> anyhow::Result<Vec<Report>> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    check_text(file, &text, module)
+}
+
+/// Checks every ValkeyCluster document in `text`, reported as read from
+/// `file`.
+pub fn check_text(file: &Path, text: &str, module: &dyn Reconciler) -> anyhow::Result<Vec<Report>> {
     let mut reports = Vec::new();
-    for (i, doc) in manifest::documents(&text).into_iter().enumerate() {
+    for (i, doc) in manifest::documents(text).into_iter().enumerate() {
         let report = |violations: Vec<Finding>, ns: Option<String>, name: Option<String>| Report {
             file: file.to_path_buf(),
             document: i + 1,

@@ -22,8 +22,10 @@ pub struct EndpointsArgs {
     /// `default`).
     #[arg(short = 'n', long)]
     namespace: Option<String>,
-    /// Kubeconfig file. Without it: the in-cluster service account, else
-    /// $KUBECONFIG or ~/.kube/config.
+    /// Kubeconfig file, or a list of them separated by `:` (merged as
+    /// kubectl merges $KUBECONFIG: the first to set a value wins). Without
+    /// it: $KUBECONFIG, else the in-cluster service account, else
+    /// ~/.kube/config.
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// Kubeconfig context to use.
@@ -47,11 +49,7 @@ impl EndpointsArgs {
             .build()?;
         let (namespace, cluster) = runtime.block_on(self.read())?;
         // Absolute, so the printed commands work from any directory.
-        let kubeconfig = self
-            .kubeconfig
-            .as_deref()
-            .map(std::path::absolute)
-            .transpose()?;
+        let kubeconfig = self.kubeconfig.as_deref().map(absolute_list).transpose()?;
         let kubectl = Kubectl {
             namespace: &namespace,
             kubeconfig: kubeconfig.as_deref(),
@@ -98,9 +96,19 @@ impl Kubectl<'_> {
     /// `kubectl [--kubeconfig F] [--context C] get secret -n NS SECRET -o
     /// jsonpath='{.data.KEY}' | base64 -d`: one key of a Secret, decoded.
     fn secret_key(&self, secret: &str, key: &str) -> String {
-        let mut words = vec!["kubectl".to_string()];
-        if let Some(path) = self.kubeconfig {
-            words.extend(["--kubeconfig".into(), shell_word(&path.to_string_lossy())]);
+        let mut words = vec![];
+        match self.kubeconfig {
+            // kubectl's --kubeconfig takes one file; a list goes in $KUBECONFIG.
+            Some(list) if std::env::split_paths(list).nth(1).is_some() => words.extend([
+                format!("KUBECONFIG={}", shell_word(&list.to_string_lossy())),
+                "kubectl".into(),
+            ]),
+            Some(path) => words.extend([
+                "kubectl".into(),
+                "--kubeconfig".into(),
+                shell_word(&path.to_string_lossy()),
+            ]),
+            None => words.push("kubectl".into()),
         }
         if let Some(context) = self.context {
             words.extend(["--context".into(), shell_word(context)]);
@@ -116,6 +124,15 @@ impl Kubectl<'_> {
         ]);
         words.join(" ")
     }
+}
+
+/// Each file of a kubeconfig path list made absolute, the list kept.
+fn absolute_list(list: &Path) -> anyhow::Result<PathBuf> {
+    let files = std::env::split_paths(list)
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(|p| std::path::absolute(&p))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(PathBuf::from(std::env::join_paths(files)?))
 }
 
 /// What `shardgate endpoints` prints.
@@ -611,6 +628,26 @@ Connect: {AUTH} valkey-cli -c -h 10.0.0.1 -p 30000 --user default
             kubectl.secret_key("demo-users", "default"),
             "kubectl --kubeconfig '/home/me/my kube.yaml' --context east get secret -n prod \
              demo-users -o jsonpath='{.data.default}' | base64 -d"
+        );
+    }
+
+    #[test]
+    fn a_kubeconfig_list_reaches_kubectl_as_kubeconfig() {
+        let list = absolute_list(Path::new("a.yaml::/etc/kube/b.yaml")).unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            list,
+            PathBuf::from(format!("{}/a.yaml:/etc/kube/b.yaml", cwd.display()))
+        );
+        let kubectl = Kubectl {
+            namespace: "prod",
+            kubeconfig: Some(Path::new("/k/a.yaml:/k/b.yaml")),
+            context: None,
+        };
+        assert_eq!(
+            kubectl.secret_key("demo-users", "default"),
+            "KUBECONFIG=/k/a.yaml:/k/b.yaml kubectl get secret -n prod demo-users -o \
+             jsonpath='{.data.default}' | base64 -d"
         );
     }
 

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use kube::CustomResourceExt;
 use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_wasm::{Engine, Module};
@@ -63,6 +63,18 @@ pub enum Command {
     /// read from its Secret by kubectl, never printed). Exits non-zero while
     /// no endpoint is ready.
     Endpoints(endpoints::EndpointsArgs),
+    /// Print a shell completion script. bash: `source <(shardgate
+    /// completions bash)`; zsh: `shardgate completions zsh >
+    /// "${fpath[1]}/_shardgate"`; fish: `shardgate completions fish >
+    /// ~/.config/fish/completions/shardgate.fish`.
+    Completions(CompletionsArgs),
+}
+
+#[derive(clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
 }
 
 impl Command {
@@ -77,6 +89,15 @@ impl Command {
             Command::Webhook(args) => args.run(),
             Command::CheckModule(args) => args.run(),
             Command::Endpoints(args) => args.run(),
+            Command::Completions(args) => {
+                clap_complete::generate(
+                    args.shell,
+                    &mut Cli::command(),
+                    "shardgate",
+                    &mut std::io::stdout(),
+                );
+                Ok(ExitCode::SUCCESS)
+            }
         }
     }
 }
@@ -96,5 +117,63 @@ fn load_module(engine: &Engine, path: Option<&PathBuf>) -> anyhow::Result<Module
                 .with_context(|| format!("loading module {}", p.display()))
         }
         None => engine.load_embedded(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// clap's own consistency checks over every argument and subcommand.
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// Every subcommand, at any depth, has an about text, and `--help` on it
+    /// prints its usage and that text, as the binary does.
+    #[test]
+    fn every_subcommand_has_help() {
+        fn walk(cmd: &clap::Command, path: &mut Vec<String>, seen: &mut Vec<String>) {
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                path.push(sub.get_name().to_string());
+                let about = sub
+                    .get_about()
+                    .unwrap_or_else(|| panic!("`shardgate {}` has no about text", path.join(" ")))
+                    .to_string();
+                let mut argv = vec!["shardgate".to_string()];
+                argv.extend(path.iter().cloned());
+                argv.push("--help".into());
+                let err = match Cli::try_parse_from(&argv) {
+                    Ok(_) => panic!("{argv:?} did not print help"),
+                    Err(e) => e,
+                };
+                assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp, "{argv:?}");
+                let help = err.render().to_string();
+                assert!(help.contains("Usage: shardgate"), "{argv:?}: {help}");
+                let first = about.lines().next().unwrap_or_default();
+                assert!(help.contains(first), "{argv:?} lacks {first:?}: {help}");
+                seen.push(path.join(" "));
+                walk(sub, path, seen);
+                path.pop();
+            }
+        }
+        let mut seen = Vec::new();
+        walk(&Cli::command(), &mut Vec::new(), &mut seen);
+        for name in [
+            "render",
+            "crd",
+            "run",
+            "check",
+            "webhook",
+            "check-module",
+            "endpoints",
+            "completions",
+        ] {
+            assert!(
+                seen.iter().any(|s| s == name),
+                "{name} not walked: {seen:?}"
+            );
+        }
     }
 }

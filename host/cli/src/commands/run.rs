@@ -17,8 +17,10 @@ use crate::logging::{self, LogFormat, shutdown_signal};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Kubeconfig file. Without it: the in-cluster service account, else
-    /// $KUBECONFIG or ~/.kube/config.
+    /// Kubeconfig file, or a list of them separated by `:` (merged as
+    /// kubectl merges $KUBECONFIG: the first to set a value wins). Without
+    /// it: $KUBECONFIG, else the in-cluster service account, else
+    /// ~/.kube/config.
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// Kubeconfig context to use.

