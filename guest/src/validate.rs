@@ -12,6 +12,13 @@ use shardgate_contract::{auth, names};
 pub const MAX_SHARDS: i32 = 1000;
 /// Most replicas per shard.
 pub const MAX_REPLICAS: i32 = 15;
+/// Most nodes (`shards x (replicas + 1)`) a cluster may have: what is
+/// proven to reconcile within the module's limits with room to spare. The
+/// guest's input holds every node's view of every peer, so it grows with
+/// the square of the node count: 600 nodes took 27.5 MiB and 0.54 s of the
+/// 64 MiB and 1 s a call may use, 1,000 nodes passed the memory cap
+/// (`cargo bench -p shardgate --bench size_limits`, docs/reliability.md).
+pub const MAX_NODES: i64 = 400;
 /// Ports in Kubernetes' default NodePort range (30000-32767).
 pub const DEFAULT_NODE_PORT_RANGE: u64 = 2768;
 /// The default NodePort range, which pins must lie in.
@@ -138,6 +145,22 @@ fn check_size(cluster: &Cluster, out: &mut Findings) {
             format!(
                 "must be at most {MAX_REPLICAS} per shard, got {}",
                 cluster.replicas
+            ),
+        );
+    }
+    let nodes = i64::from(cluster.shards) * (i64::from(cluster.replicas) + 1);
+    if (1..=MAX_SHARDS).contains(&cluster.shards)
+        && (0..=MAX_REPLICAS).contains(&cluster.replicas)
+        && nodes > MAX_NODES
+    {
+        out.error(
+            "spec.shards",
+            format!(
+                "a cluster may have at most {MAX_NODES} nodes (shards x (replicas + 1)), \
+                 got {} x {} = {nodes}: the largest size proven to reconcile within the \
+                 reconcile module's limits",
+                cluster.shards,
+                cluster.replicas + 1
             ),
         );
     }

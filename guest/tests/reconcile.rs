@@ -521,6 +521,16 @@ fn every_validation_error_names_its_field() {
     assert_eq!(field(cluster(1001, 0, None)), ["spec.shards"]);
     assert_eq!(field(cluster(1, -1, None)), ["spec.replicas"]);
     assert_eq!(field(cluster(1, 16, None)), ["spec.replicas"]);
+    // At most 400 nodes, counted as shards x (replicas + 1).
+    assert_eq!(field(cluster(401, 0, None)), ["spec.shards"]);
+    assert_eq!(field(cluster(201, 1, None)), ["spec.shards"]);
+    assert_eq!(field(cluster(26, 15, None)), ["spec.shards"]);
+    for (shards, replicas) in [(400, 0), (200, 1), (25, 15)] {
+        assert!(
+            field(cluster(shards, replicas, None)).is_empty(),
+            "{shards} x {replicas}"
+        );
+    }
     assert_eq!(
         field(with(&|ea| ea.domain = Some("Bad_Domain".into()))),
         ["spec.externalAccess.domain"]
@@ -1295,7 +1305,7 @@ fn a_topology_switch_with_pinned_node_ports_is_refused_by_field() {
 /// so every name the StatefulSet check accepts fits a per-node Service.
 #[test]
 fn per_node_service_names_fit_whenever_the_node_objects_do() {
-    for (shards, replicas) in [(1, 0), (10, 9), (100, 10)] {
+    for (shards, replicas) in [(1, 0), (10, 9), (100, 3), (25, 15)] {
         let mut longest = None;
         for len in 1..64 {
             let mut c = cluster(shards, replicas, Some(per_node(ExternalAccess::default())));

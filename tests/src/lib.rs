@@ -4,7 +4,7 @@
 //! Valkey topology facts for the fuzz test ([`fuzz`]), a model of what
 //! applying a desired state produces ([`apply`]), the data-path checks
 //! against a real Valkey cluster ([`valkey`]) and the end-to-end steps
-//! through the sandbox ([`e2e`]), the chaos suite's parts ([`chaos`]), the modules the swap tests
+//! through the sandbox ([`e2e`]), the chaos suite's parts ([`chaos`]), clusters of a given size ([`sizes`]), the modules the swap tests
 //! load ([`modules`]), scratch directories ([`scratch`]), and the benches'
 //! invocation, timing statistics and machine line ([`bench`]).
 
@@ -16,6 +16,7 @@ pub mod fuzz;
 pub mod harness;
 pub mod modules;
 pub mod scratch;
+pub mod sizes;
 pub mod strategies;
 pub mod valkey;
 pub mod wait;

@@ -93,10 +93,10 @@ fn a_call_reports_the_most_memory_its_guest_held() {
     let (answer, small) = module.reconcile_metered(&input("demo"));
     assert!(answer.unwrap().is_ok());
     let mut big = input("big");
-    big.cluster.shards = 300;
-    big.cluster.replicas = 2;
+    big.cluster.shards = 200;
+    big.cluster.replicas = 1;
     let (answer, large) = module.reconcile_metered(&big);
-    assert_eq!(answer.unwrap().unwrap().nodes.len(), 900);
+    assert_eq!(answer.unwrap().unwrap().nodes.len(), 400);
     assert!(0 < small && small < large, "{small} then {large}");
     assert!(large <= 16 << 20);
 
@@ -105,4 +105,44 @@ fn a_call_reports_the_most_memory_its_guest_held() {
     let (answer, peak) = misbehave.reconcile_metered(&input("alloc"));
     assert!(matches!(answer, Err(CallError::MemoryCap(_))), "{answer:?}");
     assert!((12 << 20..=16 << 20).contains(&peak), "{peak}");
+}
+
+/// The largest clusters the CRD allows (400 nodes, in three shapes), formed
+/// and observed in full (every node's view of every peer), reconcile
+/// through the embedded module under the operator's own limits, and the
+/// status the operator would write stays under 1 MiB. Figures by size:
+/// `cargo bench -p shardgate --bench size_limits`.
+#[test]
+fn the_largest_allowed_clusters_reconcile_within_the_limits_and_their_status_fits() {
+    use shardgate_tests::sizes;
+    let rt = Engine::new(Limits::default()).unwrap();
+    let module = rt.load_embedded().unwrap();
+    for (shards, nodes) in [(400, 1), (200, 2), (25, 16)] {
+        assert_eq!(
+            i64::from(shards * nodes),
+            shardgate_guest::validate::MAX_NODES
+        );
+        let input = sizes::formed(shards, nodes);
+        let desired = match module.reconcile(&input) {
+            Ok(Ok(d)) => d,
+            other => panic!("{shards} x {nodes}: {other:?}"),
+        };
+        assert_eq!(desired.nodes.len() as u32, shards * nodes);
+        assert!(desired.topology.formed, "{}", desired.topology.waiting);
+        let status = sizes::status_bytes(&input, &desired);
+        assert!(
+            status < 1 << 20,
+            "{shards} x {nodes}: status of {status} bytes"
+        );
+    }
+    // One node more is refused by validation, naming the field.
+    let over = sizes::formed(201, 2);
+    match module.reconcile(&over) {
+        Ok(Err(e)) => assert!(
+            e.violations.iter().any(|v| v.field == "spec.shards"),
+            "{:?}",
+            e.violations
+        ),
+        other => panic!("201 x 2 was not refused: {other:?}"),
+    }
 }

@@ -1,6 +1,7 @@
 //! Size limits: how the guest's input, time and memory grow with the
-//! cluster, up to the largest cluster the CRD allows (1000 shards x 16
-//! nodes), against the sandbox's 64 MiB memory cap.
+//! cluster, up to the largest cluster the CRD allows (400 nodes, counted as
+//! shards x (replicas + 1); the limit these figures set), against the
+//! module's 64 MiB memory cap.
 //!
 //! Each size is a formed cluster in steady state: external access by
 //! NodePort, every Service and NodePort in place, every pod ready, and every
@@ -18,104 +19,30 @@
 //!   that the guest answers, never timings or memory.
 //! - `SHARDGATE_BENCH_SIZES=1000x2,1000x16` picks sizes.
 
-use std::io::Write;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use shardgate_contract::model::*;
-use shardgate_k8s::status::{self, Outcome, Progress};
 use shardgate_tests::bench::{Invocation, machine, median};
 use shardgate_tests::fuzz;
+use shardgate_tests::sizes::{formed as input, json_bytes, status_bytes};
 use shardgate_wasm::{CallError, Engine, Limits, Module};
 
-/// `(shards, nodes per shard)`.
-const SIZES: [(u32, u32); 9] = [
+/// `(shards, nodes per shard)`: up to the allowed 400 nodes in several
+/// shapes, and one past it (refused by validation).
+const SIZES: [(u32, u32); 8] = [
     (10, 2),
     (100, 2),
-    (300, 2),
-    (500, 2),
-    (1000, 1),
-    (1000, 2),
-    (1000, 4),
-    (1000, 8),
-    (1000, 16),
+    (150, 2),
+    (200, 2),
+    (400, 1),
+    (100, 4),
+    (25, 16),
+    (201, 2),
 ];
-const QUICK: [(u32, u32); 3] = [(10, 2), (100, 2), (300, 2)];
+const QUICK: [(u32, u32); 3] = [(10, 2), (100, 2), (200, 2)];
 /// Peers past which an input is not built (it would take gigabytes on the
 /// host too); its size is computed instead.
 const MAX_PEERS: u64 = 16_100_000;
-
-/// A formed `shards` x `nodes` cluster, everything in place.
-fn input(shards: u32, nodes: u32) -> Input {
-    let facts = fuzz::formed(shards, nodes);
-    let mut pods = fuzz::pods_of(&facts);
-    // Every node's Kubernetes node has an external IP: each endpoint in the
-    // status carries a host, as in a real NodePort cluster.
-    for p in &mut pods {
-        p.node_external_ip = Some(IpAddress::V4(0xcb00_7100 + p.shard * 16 + p.node));
-    }
-    let services = (0..shards)
-        .map(|shard| ObservedService {
-            shard,
-            node: None,
-            ports: (0..nodes)
-                .map(|node| ObservedPort {
-                    node,
-                    node_port: 30000 + (shard * nodes + node) % 2768,
-                })
-                .collect(),
-            ingress: Vec::new(),
-        })
-        .collect();
-    Input {
-        cluster: Cluster {
-            name: "size".into(),
-            namespace: "default".into(),
-            shards: shards as i32,
-            replicas: nodes as i32 - 1,
-            external_access: Some(ExternalAccess {
-                enabled: true,
-                hostname_prefix: "shard".into(),
-                ..ExternalAccess::default()
-            }),
-            disruption_budget: true,
-            ..Cluster::default()
-        },
-        credentials: Credentials {
-            default_user: Some("0".repeat(64)),
-            operator: "1".repeat(64),
-            replication: "2".repeat(64),
-        },
-        observed: Observed {
-            services,
-            pods,
-            gateway: None,
-            valkey: Some(facts),
-        },
-        other_clusters: Vec::new(),
-        pinned_elsewhere: Vec::new(),
-    }
-}
-
-/// Counts the bytes written to it.
-#[derive(Default)]
-struct Count(u64);
-
-impl Write for Count {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len() as u64;
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn json_bytes<T: serde::Serialize>(v: &T) -> u64 {
-    let mut c = Count::default();
-    serde_json::to_writer(&mut c, v).unwrap();
-    c.0
-}
 
 /// The JSON size of the input of a size too large to build: the input with
 /// no peers, plus each node's view of every other node.
@@ -133,35 +60,6 @@ fn projected_json_bytes(shards: u32, nodes: u32) -> u64 {
         f.peers.clear();
     }
     json_bytes(&bare) + n * (n - 1) * per_peer - n
-}
-
-/// The serialized size of the status the operator would write after this
-/// reconcile (`status::compute`, as the operator and `shardgate render` call
-/// it), every pod ready.
-fn status_bytes(input: &Input, desired: &Desired) -> u64 {
-    let pods = input.observed.pods.iter().map(|p| {
-        let at = NodeRef {
-            shard: p.shard,
-            node: p.node,
-        };
-        (at, p.ready)
-    });
-    let shards = input.cluster.shards.max(0) as u32;
-    let progress = Progress {
-        changed: 0,
-        ready_nodes: status::ready_nodes(pods.clone(), &desired.nodes),
-        wanted_nodes: desired.nodes.len(),
-        shards: shards as usize,
-        ready_shards: status::ready_shards(pods, &desired.nodes, shards),
-        formation: Some((&desired.topology).into()),
-        ..Progress::default()
-    };
-    let outcome = Outcome::Reconciled {
-        guest: &desired.status,
-        progress,
-    };
-    let now = Time("2026-01-01T00:00:00Z".parse().unwrap());
-    json_bytes(&status::compute(&outcome, None, Some(1), &now))
 }
 
 /// One size's figures.
@@ -208,6 +106,13 @@ fn measure(module: &Module, shards: u32, nodes: u32, rounds: usize) -> Row {
                 assert!(d.topology.formed, "{label}: {}", d.topology.waiting);
                 status = Some(status_bytes(&input, &d));
                 "fits".into()
+            }
+            Ok(Err(e))
+                if e.violations
+                    .iter()
+                    .all(|v| v.field == "spec.shards" && v.message.contains("nodes")) =>
+            {
+                "refused: over the node limit".into()
             }
             Ok(Err(e)) => panic!("{label}: the guest refused the input: {:?}", e.violations),
             Err(CallError::MemoryCap(_)) => "MEMORY CAP".into(),

@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"External","type":"string","jsonPath":".status.conditions[?(@.type==\"ExternalAccessReady\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("size(self.metadata.name) + size(string(self.spec.shards - 1)) + size(string(self.spec.replicas)) <= 40").message("metadata.name is too long: the node StatefulSet name shardgate-<name>-<shard>-<node> must fit 52 characters").field_path(".metadata.name"),
+    validation = Rule::new("self.spec.shards * (self.spec.replicas + 1) <= 400").message("a cluster may have at most 400 nodes (shards x (replicas + 1)): the largest size proven to reconcile within the reconcile module's limits").field_path(".spec.shards"),
     validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS label: it is part of Service names").field_path(".metadata.name"),
     validation = Rule::new("has(self.spec.persistence) == has(oldSelf.spec.persistence) && (!has(self.spec.persistence) || self.spec.persistence == oldSelf.spec.persistence)").message("spec.persistence cannot change once the cluster exists: a StatefulSet's volume claim templates are immutable").field_path(".spec.persistence"),
 )]

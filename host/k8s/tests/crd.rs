@@ -118,6 +118,28 @@ fn cel_length_rule_agrees_with_the_guest() {
     }
 }
 
+#[test]
+fn cel_node_limit_agrees_with_the_guest() {
+    // At most 400 nodes, counted as shards x (replicas + 1), in both.
+    for (shards, replicas, ok) in [
+        (400, 0, true),
+        (401, 0, false),
+        (200, 1, true),
+        (201, 1, false),
+        (25, 15, true),
+        (26, 15, false),
+    ] {
+        let vc = cluster("demo", shards, replicas, None);
+        let cel = vc.validate_cel();
+        let guest = shardgate_guest::validate(&shardgate_k8s::convert::cluster(&vc));
+        assert_eq!(cel.is_ok(), ok, "{shards}x{replicas}: {cel:?}");
+        assert_eq!(guest.is_empty(), ok, "{shards}x{replicas}: {guest:?}");
+        if !ok {
+            assert!(guest.iter().all(|v| v.field == "spec.shards"), "{guest:?}");
+        }
+    }
+}
+
 /// `spec.persistence` is fixed at creation (a StatefulSet's claim templates
 /// cannot change): the API server refuses a change, naming the field, and
 /// nothing reaches the operator.
