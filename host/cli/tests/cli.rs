@@ -501,3 +501,48 @@ fn the_allocator_returns_freed_memory_within_a_second() {
         assert!(stats.contains(option), "{option} not in:\n{stats}");
     }
 }
+
+/// Installed as `kubectl-shardgate` on PATH, the binary is a kubectl plugin:
+/// `kubectl shardgate ...` runs it with the arguments after the plugin name.
+#[test]
+fn works_as_a_kubectl_plugin() {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("shardgate-plugin-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_shardgate"),
+        dir.join("kubectl-shardgate"),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new("kubectl")
+        .args(["shardgate", "endpoints", "--help"])
+        .env("PATH", &path)
+        .output()
+        .expect("kubectl on PATH (.ci/run installs it)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("endpoints"), "{stdout}");
+    let listed = std::process::Command::new("kubectl")
+        .args(["plugin", "list"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("kubectl-shardgate"),
+        "{}",
+        String::from_utf8_lossy(&listed.stdout)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
