@@ -522,7 +522,7 @@ fn works_as_a_kubectl_plugin() {
         dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let out = std::process::Command::new("kubectl")
+    let out = Command::new("kubectl")
         .args(["shardgate", "endpoints", "--help"])
         .env("PATH", &path)
         .output()
@@ -534,7 +534,7 @@ fn works_as_a_kubectl_plugin() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("endpoints"), "{stdout}");
-    let listed = std::process::Command::new("kubectl")
+    let listed = Command::new("kubectl")
         .args(["plugin", "list"])
         .env("PATH", &path)
         .output()
