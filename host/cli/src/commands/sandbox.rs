@@ -315,6 +315,23 @@ mod tests {
     }
 
     #[test]
+    fn announced_hostnames_are_mapped_to_where_the_sandbox_serves_them() {
+        let mut r = ready("s3cret", None);
+        r.endpoints[0].host = "shard-0.valkey.example.com".into();
+        let lines = connect_lines(&r, false);
+        assert!(
+            lines[0].contains(
+                ", address_remap=lambda a: {('shard-0.valkey.example.com', 30000): \
+                 ('127.0.3.1', 30000)}.get(a, a))"
+            ),
+            "{lines:?}"
+        );
+        // Announced as served: no map.
+        let lines = connect_lines(&ready("s3cret", None), false);
+        assert!(!lines[0].contains("address_remap"), "{lines:?}");
+    }
+
+    #[test]
     fn python_strings_survive_the_shell() {
         assert_eq!(python_str("a'b\\c"), r"'a\'b\\c'");
         assert_eq!(python_str("$x`\"!"), r"'\x24x\x60\x22\x21'");
