@@ -42,11 +42,34 @@ pub struct WriteRecord {
     pub wall: SystemTime,
 }
 
+/// One request for a resource, as an authorizer sees it: who asked, with
+/// which verb, for what. Discovery (`/api`, `/apis`) is not in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// The client's bearer token, or [`ANONYMOUS`].
+    pub client: String,
+    /// [`Verb::Apply`] is a server-side apply: a `patch` to RBAC, and also
+    /// a `create` when it created the object (`code` 201).
+    pub verb: Verb,
+    /// The API group, `""` for the core group.
+    pub group: String,
+    /// The plural, with `/status` (or another subresource) when it was one.
+    pub resource: String,
+    /// Empty for a cluster-scoped resource or a request across namespaces.
+    pub namespace: String,
+    /// Empty for a list, a watch or a create.
+    pub name: String,
+    /// The HTTP status of the answer.
+    pub code: u16,
+}
+
 /// The chaos state of one emulator, shared by its server.
 #[derive(Debug)]
 pub(crate) struct Chaos {
     /// `None` until [`crate::Emulator::record_writes`] turns it on.
     log: Mutex<Option<Vec<WriteRecord>>>,
+    /// `None` until [`crate::Emulator::record_requests`] turns it on.
+    requests: Mutex<Option<Vec<RequestRecord>>>,
     /// True while an outage refuses connections.
     down: watch::Sender<bool>,
     /// Outages begun.
@@ -61,6 +84,7 @@ impl Default for Chaos {
     fn default() -> Self {
         Chaos {
             log: Mutex::new(None),
+            requests: Mutex::new(None),
             down: watch::Sender::new(false),
             outages: AtomicU64::new(0),
             cut: AtomicU64::new(0),
@@ -103,6 +127,21 @@ impl Chaos {
 
     pub fn write_log(&self) -> Vec<WriteRecord> {
         self.log.lock().unwrap().clone().unwrap_or_default()
+    }
+
+    pub fn record_requests(&self, on: bool) {
+        *self.requests.lock().unwrap() = on.then(Vec::new);
+    }
+
+    /// Notes a request for a resource, if requests are recorded.
+    pub fn requested(&self, record: impl FnOnce() -> RequestRecord) {
+        if let Some(log) = self.requests.lock().unwrap().as_mut() {
+            log.push(record());
+        }
+    }
+
+    pub fn request_log(&self) -> Vec<RequestRecord> {
+        self.requests.lock().unwrap().clone().unwrap_or_default()
     }
 
     pub fn fired(&self, kind: &'static str) {

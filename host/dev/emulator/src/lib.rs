@@ -62,7 +62,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use chaos::{ANONYMOUS, WriteRecord};
+pub use chaos::{ANONYMOUS, RequestRecord, WriteRecord};
 pub use counts::WriteCounts;
 pub use faults::{Fault, FaultAction};
 pub use resources::{CustomResource, PrinterColumn};
@@ -624,6 +624,19 @@ impl Emulator {
     /// what and when. Writes by the emulator itself are not in it.
     pub fn write_log(&self) -> Vec<WriteRecord> {
         self.shared.chaos.write_log()
+    }
+
+    /// Starts (or stops) recording every request for a resource, whatever
+    /// its verb and answer, by client ([`Self::request_log`]): what an
+    /// authorizer would be asked. Off by default.
+    pub fn record_requests(&self, on: bool) {
+        self.shared.chaos.record_requests(on);
+    }
+
+    /// Every request for a resource since [`Self::record_requests`], in
+    /// order. The emulator's own controllers make none.
+    pub fn request_log(&self) -> Vec<RequestRecord> {
+        self.shared.chaos.request_log()
     }
 
     /// Begins an outage: the listening socket closes (connections are

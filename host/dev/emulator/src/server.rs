@@ -13,6 +13,7 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 
 use crate::age;
+use crate::chaos::RequestRecord;
 use crate::discovery;
 use crate::errors::{ApiError, ApiResult};
 use crate::ops::{DeleteOpts, Opts, Page, PatchType, State, Target};
@@ -311,13 +312,31 @@ async fn serve_resource(
         Verb::Create => created_name(&body),
         _ => name.clone(),
     };
-    let response = serve_verb(shared, route, verb, headers, query, body, name).await;
+    let group = route.res.group.clone();
+    let response = serve_verb(shared, route, verb, headers, query, body, name.clone()).await;
+    shared.chaos.requested(|| RequestRecord {
+        client: client.to_string(),
+        verb,
+        group,
+        resource: counted.clone(),
+        namespace: namespace.clone(),
+        name,
+        code: answer_code(&response),
+    });
     if write && response.as_ref().is_ok_and(|r| r.status().is_success()) {
         shared
             .chaos
             .wrote(client, verb, &counted, &namespace, &logged_name);
     }
     response
+}
+
+/// The HTTP status a handler's answer is sent with.
+fn answer_code(answer: &ApiResult<Response>) -> u16 {
+    match answer {
+        Ok(r) => r.status().as_u16(),
+        Err(e) => e.code,
+    }
 }
 
 /// `metadata.name` of a create's body (JSON or YAML), or its
@@ -590,6 +609,40 @@ async fn serve_subresource(
             "the server does not allow this method on the requested resource ({method})"
         )));
     }
+    let name = route.name.clone().unwrap_or_default();
+    let counted = format!("{}/{sub}", route.res.plural);
+    let namespace = route.ns.clone().unwrap_or_default();
+    let group = route.res.group.clone();
+    let record = |code: u16| RequestRecord {
+        client: client.to_string(),
+        verb: Verb::Create,
+        group: group.clone(),
+        resource: counted.clone(),
+        namespace: namespace.clone(),
+        name: name.clone(),
+        code,
+    };
+    let (ok, refused) = (record(201), record(0));
+    let answer = serve_subresource_verb(shared, route, sub, query, body, client).await;
+    shared.chaos.requested(|| match &answer {
+        Ok(_) => ok,
+        Err(e) => RequestRecord {
+            code: e.code,
+            ..refused
+        },
+    });
+    answer
+}
+
+/// [`serve_subresource`] once its request is recorded.
+async fn serve_subresource_verb(
+    shared: &Arc<Shared>,
+    route: Route,
+    sub: &str,
+    query: &HashMap<String, String>,
+    body: Bytes,
+    client: &str,
+) -> ApiResult<Response> {
     let name = route.name.clone().unwrap_or_default();
     let counted = format!("{}/{sub}", route.res.plural);
     injected(shared, Verb::Create, &counted, &name, client).await?;
