@@ -155,34 +155,27 @@ Operator manifests, Helm chart, kustomize
       ServiceMonitor without the metrics Service fails. Metric names used by
       the alerts and the dashboard are checked against the operator's registry
       by cargo test (host/operator/tests/chart_metrics.rs).
-  R1  RBAC least privilege, on the plain manifests and on every render: the
-      operator role grants exactly
-        shardgate.io valkeyclusters: get list watch
-        shardgate.io valkeyclusters/status: get patch update
-        shardgate.io valkeyclusters/finalizers: update (blockOwnerDeletion)
-        "" services, configmaps: get list watch create patch delete
-        apps statefulsets: get list watch create patch delete
-        policy poddisruptionbudgets: get list watch create patch delete
-        "" pods: get list watch delete
-        "" nodes: list watch (read-only, for nodeAddressType: ExternalIP)
-        events.k8s.io events: create patch
-        gateway.networking.k8s.io gateways: list watch
-        gateway.networking.k8s.io tcproutes, tlsroutes: get list watch create patch delete
-        "" secrets: get create patch (by name; never list or watch)
-      where the nodes grant (cluster-scoped) is always in a ClusterRole bound by
-      a ClusterRoleBinding: the operator ClusterRole, or with watchNamespace a
-      ClusterRole of its own holding nothing else (the other grants stay in the
-      Role in that namespace); and the Lease Role (namespaced, in the
-      operator's namespace) grants exactly
-        coordination.k8s.io leases: get create update patch
-      (resourceNames, if used, only the lease name and never on create); no "*"
+  R1  RBAC least privilege, on the plain manifests and on every render, against
+      the rules derived from the code: deploy/operator/rbac-rules.json, which
+      `shardgate rbac` prints from the table in host/operator/src/rbac.rs (a
+      cargo test keeps the file current; tests/tests/deploy.rs checks that the
+      table is what the operator really requests, both ways). The operator's
+      roles grant exactly the table's verbs on each resource: its "watched"
+      grants in the operator ClusterRole, or with watchNamespace in a Role in
+      that namespace; its "cluster" grants (cluster-scoped kinds: nodes) always
+      in a ClusterRole bound by a ClusterRoleBinding (with watchNamespace a
+      ClusterRole of its own holding nothing else); its "ownNamespace" grants
+      (the leader-election Lease) in a Role in the operator's namespace, only
+      with leader election on. resourceNames only where the table names one
+      (the Lease: the lease name), never on create/list/watch; no "*"
       anywhere, no nonResourceURLs, no nodes/* or secrets/* subresources, no
-      other verbs; the bindings reference those roles and bind exactly the
-      operator's ServiceAccount in the operator's namespace.
+      other verbs or resources; the bindings reference those roles and bind
+      exactly the operator's ServiceAccount in the operator's namespace.
   R2  Self-test: broken copies of the plain manifests' RBAC (another verb on
       nodes, a nodes/* subresource, nodes in a Role or bound by a RoleBinding,
       nodes missing, nodes mixed into the watchNamespace variant's Role or
-      other grants into its nodes ClusterRole) are each rejected by R1.
+      other grants into its nodes ClusterRole, a verb or a resource the code
+      does not use, a verb the code uses missing) are each rejected by R1.
   D1  The Deployment: replicas as configured (2 by default); the image
       ghcr.io/shardgate/shardgate:<version>; args start with `run` and carry
       `--log-format json`; POD_NAME and POD_NAMESPACE from the downward API;
@@ -260,34 +253,63 @@ LEASE_NAME = "shardgate-leader"
 # Oldest supported (Chart.yaml kubeVersion) and newest known to kubernetes-validate.
 K8S_VERSIONS = ("1.30", kv.major_minor(kv.latest_version()))
 
-EXPECTED_OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
-    ("shardgate.io", "valkeyclusters"): {"get", "list", "watch"},
-    ("shardgate.io", "valkeyclusters/status"): {"get", "patch", "update"},
-    # Owner references carry blockOwnerDeletion: true, which clusters enforcing
-    # OwnerReferencesPermissionEnforcement (OpenShift) allow only with this.
-    ("shardgate.io", "valkeyclusters/finalizers"): {"update"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "pods"): {"get", "list", "watch", "delete"},
-    # Cluster-scoped, read-only: nodeAddressType: ExternalIP reads each node's
-    # ExternalIP (a kube-rs watcher: list + watch, never get or a write).
-    ("", "nodes"): {"list", "watch"},
-    # Its own Secrets (generated passwords, the rendered ACL) and the users'
-    # password Secrets, each read by name: never listed or watched.
-    ("", "secrets"): {"get", "create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
-    # spec.externalAccess.gateway: the Gateways clusters name are watched
-    # (listeners, addresses), never written; one TCPRoute or TLSRoute per
-    # node is applied and pruned.
-    ("gateway.networking.k8s.io", "gateways"): {"list", "watch"},
-    ("gateway.networking.k8s.io", "tcproutes"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("gateway.networking.k8s.io", "tlsroutes"): {"get", "list", "watch", "create", "patch", "delete"},
-}
-EXPECTED_LEASE_RULES: dict[tuple[str, str], set[str]] = {
-    ("coordination.k8s.io", "leases"): {"get", "create", "update", "patch"},
-}
+# The rules the operator needs come from the code: host/operator/src/rbac.rs
+# lists every resource it reads or writes (tests/tests/deploy.rs checks that
+# against the requests it really makes), and `shardgate rbac` writes that
+# table to this file (a cargo test keeps it current).
+RBAC_RULES_FILE = OPERATOR / "rbac-rules.json"
+# A grant's resourceName placeholder for the Lease's name.
+LEASE_NAME_PLACEHOLDER = "<lease>"
+GRANT_SCOPES = ("watched", "cluster", "ownNamespace")
+
+
+class RequiredRules:
+    """What deploy/operator/rbac-rules.json says the operator needs."""
+
+    def __init__(self, path: Path) -> None:
+        self.operator: dict[tuple[str, str], set[str]] = {}  # watched + cluster-scoped
+        self.cluster_scoped: set[tuple[str, str]] = set()
+        self.lease: dict[tuple[str, str], set[str]] = {}  # the operator's own namespace
+        self.named: dict[tuple[str, str], str] = {}  # resourceName placeholders
+        self.problems: list[str] = []
+        where = rel(path)
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            self.problems.append(f"{where}: cannot be read as JSON ({exc}); "
+                                 f"regenerate it: cargo run -p shardgate -- rbac > {where}")
+            return
+        grants = doc.get("grants") if isinstance(doc, dict) else None
+        if not isinstance(grants, list) or not grants:
+            self.problems.append(f"{where}: grants: must be a non-empty list")
+            return
+        for i, g in enumerate(grants):
+            at = f"{where}: grants[{i}]"
+            group, resources, verbs = g.get("apiGroup"), g.get("resources"), g.get("verbs")
+            scope, name = g.get("scope"), g.get("resourceName")
+            if not isinstance(group, str):
+                self.problems.append(f"{at}.apiGroup: must be a string")
+                continue
+            if not (isinstance(resources, list) and resources and all(isinstance(r, str) for r in resources)):
+                self.problems.append(f"{at}.resources: must be a non-empty list of strings")
+                continue
+            if not (isinstance(verbs, list) and verbs and all(isinstance(v, str) for v in verbs)):
+                self.problems.append(f"{at}.verbs: must be a non-empty list of strings")
+                continue
+            if scope not in GRANT_SCOPES:
+                self.problems.append(f"{at}.scope: {scope!r} is not one of {list(GRANT_SCOPES)}")
+                continue
+            if name is not None and name != LEASE_NAME_PLACEHOLDER:
+                self.problems.append(f"{at}.resourceName: only {LEASE_NAME_PLACEHOLDER!r} is known")
+                continue
+            into = self.lease if scope == "ownNamespace" else self.operator
+            for r in resources:
+                into.setdefault((group, r), set()).update(verbs)
+                if scope == "cluster":
+                    self.cluster_scoped.add((group, r))
+                if name is not None:
+                    self.named[(group, r)] = name
+
 EXPECTED_RESOURCES = {
     "requests": {"cpu": "50m", "memory": "64Mi"},
     "limits": {"cpu": "500m", "memory": "256Mi"},
@@ -894,6 +916,9 @@ def custom_object_problems(crd: dict, obj: Any) -> list[str]:
 
 # --------------------------------------------------------------------------- RBAC (R1)
 
+REQUIRED = RequiredRules(RBAC_RULES_FILE)
+
+
 def rule_triples(role: dict, what: str, problems: list[str],
                  allowed_names: dict[tuple[str, str], str] | None = None
                  ) -> dict[tuple[str, str], set[str]]:
@@ -1016,22 +1041,21 @@ def rbac_problems(objs: list[dict], v: Variant, what: str) -> list[str]:
                             f" binds {subjects}")
         bound.add(key)
         role_ns = key[1]
-        grants = rule_triples(role, what, problems,
-                              allowed_names={("coordination.k8s.io", "leases"): v.lease_name})
-        lease_key = ("coordination.k8s.io", "leases")
-        if lease_key in grants:
+        allowed_names = {k: v.lease_name if n == LEASE_NAME_PLACEHOLDER else n
+                         for k, n in REQUIRED.named.items()}
+        grants = rule_triples(role, what, problems, allowed_names=allowed_names)
+        for lease_key in [k for k in grants if k in REQUIRED.lease]:
             if role["kind"] != "Role" or role_ns != v.namespace:
-                problems.append(f"{what}: Lease permissions must be a Role in {v.namespace!r}, "
-                                f"found in {ident(role)}")
+                problems.append(f"{what}: {lease_key[1]} permissions must be a Role in "
+                                f"{v.namespace!r} (the operator's own namespace), found in {ident(role)}")
             lease_grants.setdefault(lease_key, set()).update(grants.pop(lease_key))
-        nodes_key = ("", "nodes")
-        if nodes_key in grants:
+        for cluster_key in [k for k in grants if k in REQUIRED.cluster_scoped]:
             # Cluster-scoped: a Role or a RoleBinding could never grant them.
             if role["kind"] != "ClusterRole" or b["kind"] != "ClusterRoleBinding":
-                problems.append(f"{what}: Node permissions must be a ClusterRole bound by a "
-                                f"ClusterRoleBinding (Nodes are cluster-scoped), found {ident(role)} "
-                                f"bound by {ident(b)}")
-            operator_grants.setdefault(nodes_key, set()).update(grants.pop(nodes_key))
+                problems.append(f"{what}: {cluster_key[1]} permissions must be a ClusterRole bound "
+                                f"by a ClusterRoleBinding ({cluster_key[1]} are cluster-scoped), found "
+                                f"{ident(role)} bound by {ident(b)}")
+            operator_grants.setdefault(cluster_key, set()).update(grants.pop(cluster_key))
         if grants:
             if v.watch_namespace:
                 if role["kind"] != "Role" or role_ns != v.watch_namespace:
@@ -1045,8 +1069,9 @@ def rbac_problems(objs: list[dict], v: Variant, what: str) -> list[str]:
     for key, role in roles.items():
         if key not in bound:
             problems.append(f"{what}: {ident(role)} is bound by nothing")
-    problems += compare_grants(operator_grants, EXPECTED_OPERATOR_RULES, f"{what}: operator role")
-    problems += compare_grants(lease_grants, EXPECTED_LEASE_RULES if v.leader_election else {},
+    problems += REQUIRED.problems
+    problems += compare_grants(operator_grants, REQUIRED.operator, f"{what}: operator role")
+    problems += compare_grants(lease_grants, REQUIRED.lease if v.leader_election else {},
                                f"{what}: Lease role")
     return problems
 
@@ -1384,6 +1409,7 @@ def main() -> int:
     required_files = [
         "Dockerfile", "README.md", "kustomization.yaml", "crds/valkeyclusters.shardgate.io.yaml",
         "operator/namespace.yaml", "operator/serviceaccount.yaml", "operator/rbac.yaml",
+        "operator/rbac-rules.json",
         "operator/deployment.yaml", "operator/service-metrics.yaml", "operator/kustomization.yaml",
         "helm/README.md", "helm/shardgate/Chart.yaml", "helm/shardgate/values.yaml",
         "helm/shardgate/values.schema.json", "helm/shardgate/templates/_helpers.tpl",
@@ -1684,6 +1710,13 @@ def main() -> int:
             ("resourceNames on nodes", mutate(plain, lambda o: nodes_rule(o).update(
                 resourceNames=["node-1"])), plain_v),
             ("no nodes rule", mutate(plain, lambda o: op_rules(o).remove(nodes_rule(o))), plain_v),
+            ("a verb the code does not use (update on pods)", mutate(plain, lambda o: op_rules(o).append(
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["update"]})), plain_v),
+            ("a verb the code uses missing (delete on statefulsets)", mutate(plain, lambda o: [
+                r.update(verbs=[v for v in r["verbs"] if v != "delete"]) for r in op_rules(o)
+                if r.get("resources") == ["statefulsets"]]), plain_v),
+            ("a resource the code never touches (deployments)", mutate(plain, lambda o: op_rules(o).append(
+                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]})), plain_v),
             ("nodes in the Lease Role", mutate(plain, move_nodes_to_lease_role), plain_v),
             ("watchNamespace: nodes in the namespaced Role", mutate(ns_ops, nodes_in_namespaced_role), ns_v),
             ("watchNamespace: the nodes ClusterRole bound by a RoleBinding",

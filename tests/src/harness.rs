@@ -105,6 +105,11 @@ pub struct Setup {
     /// The module manager and its reporter; `None` serves the embedded
     /// module with a reporter of its own.
     pub modules: Option<(Arc<ModuleManager>, Arc<ModuleReporter>)>,
+    /// The bearer token the operator's client sends, telling its requests
+    /// apart in the emulator's logs; `None`: anonymous.
+    pub token: Option<String>,
+    /// Serve `/metrics`, `/healthz` and `/readyz` here, as `--listen`.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 impl Setup {
@@ -115,7 +120,21 @@ impl Setup {
             lease: None,
             manage_valkey: false,
             modules: None,
+            token: None,
+            listen: None,
         }
+    }
+
+    /// Sends `token` with every request (see [`Setup::token`]).
+    pub fn token(mut self, token: &str) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Serves the operator's HTTP endpoints on `addr`.
+    pub fn listen(mut self, addr: std::net::SocketAddr) -> Self {
+        self.listen = Some(addr);
+        self
     }
 
     /// Elects a leader with `lease` before running the controller.
@@ -147,14 +166,17 @@ impl Operator {
 
     /// Starts an operator set up as `setup` says.
     pub async fn with(emu: &Emulator, setup: Setup) -> Operator {
-        let client = emu.client().await.unwrap();
+        let client = match &setup.token {
+            Some(token) => emu.client_for(token).await.unwrap(),
+            None => emu.client().await.unwrap(),
+        };
         let (stop, stopped) = oneshot::channel::<()>();
         let (resync, _) = broadcast::channel(16);
         let options = Options {
             kubeconfig: None,
             context: None,
             namespace: None,
-            listen: None,
+            listen: setup.listen,
             lease: setup.lease,
             identity: setup.identity,
             reconcile_all: Some(resync.clone()),

@@ -332,6 +332,7 @@ fn every_subcommand_has_help() {
         vec!["--help"],
         vec!["render", "--help"],
         vec!["crd", "--help"],
+        vec!["rbac", "--help"],
         vec!["check", "--help"],
         vec!["completions", "--help"],
     ] {

@@ -15,6 +15,7 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod modules;
+pub mod rbac;
 pub mod reconcile;
 
 use std::net::SocketAddr;

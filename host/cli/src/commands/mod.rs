@@ -36,6 +36,11 @@ pub enum Command {
     Render(render::RenderArgs),
     /// Print the ValkeyCluster CustomResourceDefinition.
     Crd,
+    /// Print the API access the operator needs, as JSON: each resource, its
+    /// verbs, where (watched namespaces, cluster-wide, its own namespace) and
+    /// why. deploy/operator/rbac-rules.json is this output; the RBAC
+    /// manifests are checked against it.
+    Rbac,
     /// Run the operator.
     Run(run::RunArgs),
     /// Validate ValkeyCluster manifests offline (files or directories) and
@@ -82,6 +87,10 @@ impl Command {
         match self {
             Command::Render(args) => args.run(),
             Command::Crd => print_crd(),
+            Command::Rbac => {
+                print!("{}", shardgate_operator::rbac::rules_json());
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Run(args) => args.run(),
             Command::Check(args) => args.run(),
             #[cfg(feature = "sandbox")]
