@@ -153,8 +153,8 @@ Operator manifests, Helm chart, kustomize
       status never written). Null runAsUser/runAsGroup (OpenShift) renders
       none while runAsNonRoot and readOnlyRootFilesystem stay; a
       ServiceMonitor without the metrics Service fails. Metric names used by
-      the alerts and the dashboard are checked against the operator's registry
-      by cargo test (host/operator/tests/chart_metrics.rs).
+      the alerts and the dashboard are checked by cargo test against the
+      /metrics a running operator serves (tests/tests/deploy.rs).
   R1  RBAC least privilege, on the plain manifests and on every render, against
       the rules derived from the code: deploy/operator/rbac-rules.json, which
       `shardgate rbac` prints from the table in host/operator/src/rbac.rs (a

@@ -3,17 +3,21 @@
 //! - the RBAC table the manifests are checked against
 //!   (`host/operator/src/rbac.rs`, written to `deploy/operator/rbac-rules.json`)
 //!   grants every request the operator sends, and every verb it grants is
-//!   one the operator was seen to send.
+//!   one the operator was seen to send;
+//! - every metric the Helm chart's alerts and Grafana dashboard query is in
+//!   what the operator's `/metrics` serves over HTTP.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::time::Duration;
 
-use kube_emulator::{Emulator, RequestRecord, Verb};
+use kube_emulator::{Emulator, Fault, RequestRecord, Verb};
 use serde_json::json;
 use shardgate_operator::LeaseOptions;
 use shardgate_operator::rbac::{self, GRANTS, Use};
 use shardgate_tests::harness::{
-    self, NS, Operator, Setup, cluster, condition, converged, create, eventually, patch_spec,
+    self, NS, Operator, Setup, cluster, condition, converged, create, eventually, nodeport,
+    patch_spec,
 };
 use shardgate_tests::wait;
 
@@ -240,4 +244,198 @@ async fn the_operator_sends_exactly_the_requests_its_rbac_table_grants() {
 
 fn emu_count(emu: &Emulator, plural: &str) -> usize {
     emu.list(plural, Some(NS)).len()
+}
+
+// ---------------------------------------------------------------- metrics
+
+/// `GET path` from `addr` over HTTP/1.1 (one connection, closed after):
+/// the status code and the body.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    tcp.read_to_end(&mut raw).await?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other(format!("no HTTP head in {text:?}")))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("no status in {head:?}")))?;
+    if head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+    }) {
+        return Err(std::io::Error::other(
+            "a chunked body; expected a sized one",
+        ));
+    }
+    Ok((code, body.to_string()))
+}
+
+/// What a scrape says is exported: the names of its samples, and the
+/// families it declares (`# TYPE name kind`).
+struct Scrape {
+    samples: BTreeMap<String, Vec<String>>,
+    families: BTreeMap<String, String>,
+}
+
+impl Scrape {
+    fn parse(text: &str) -> Scrape {
+        let mut samples = BTreeMap::<String, Vec<String>>::new();
+        let mut families = BTreeMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("# TYPE name kind");
+                families.insert(name.to_string(), kind.to_string());
+            } else if !line.starts_with('#') && !line.is_empty() {
+                let end = line.find(['{', ' ']).unwrap_or(line.len());
+                samples
+                    .entry(line[..end].to_string())
+                    .or_default()
+                    .push(line.to_string());
+            }
+        }
+        Scrape { samples, families }
+    }
+
+    /// Whether `name` is a sample name of a family declared with no
+    /// series yet (a counter before its first count).
+    fn declared(&self, name: &str) -> bool {
+        self.families.iter().any(|(family, kind)| {
+            let suffixes: &[&str] = match kind.as_str() {
+                "counter" => &["_total"],
+                "histogram" => &["_bucket", "_sum", "_count"],
+                _ => &[""],
+            };
+            suffixes.iter().any(|s| format!("{family}{s}") == name)
+        })
+    }
+}
+
+/// The `shardgate_…` identifiers in `text`.
+fn used(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("shardgate_") {
+        let before = rest[..at].chars().next_back();
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            out.insert(tail[..end].to_string());
+        }
+        rest = &tail[end..];
+    }
+    out
+}
+
+fn chart_file(path: &str) -> String {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/helm/shardgate")
+        .join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
+#[test]
+fn metric_names_are_found_as_written() {
+    assert_eq!(
+        used("x shardgate_a_total{y} (shardgate_b) my_shardgate_c"),
+        BTreeSet::from(["shardgate_a_total".to_string(), "shardgate_b".into()])
+    );
+    let scrape = Scrape::parse(
+        "# TYPE shardgate_r counter\n# TYPE shardgate_h histogram\n\
+         shardgate_h_count{a=\"b\"} 1\n# EOF\n",
+    );
+    assert!(scrape.declared("shardgate_r_total") && scrape.declared("shardgate_h_sum"));
+    assert!(!scrape.declared("shardgate_r") && !scrape.declared("shardgate_h"));
+    assert_eq!(
+        scrape.samples.keys().collect::<Vec<_>>(),
+        ["shardgate_h_count"]
+    );
+}
+
+/// The operator runs as `shardgate run --listen` runs it, reconciles a
+/// cluster (and fails one reconcile, so the error counter has a series),
+/// and its `/metrics`, scraped over HTTP, carries every metric the chart's
+/// PrometheusRule and Grafana dashboard use: as a sample, or declared by
+/// its family (a counter without labels shows 0; a labelled family only
+/// once it has a series); the per-cluster ones with the cluster's series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_alerts_and_dashboard_use_only_metrics_served_on_metrics() {
+    let emu = harness::emulator().await;
+    // A free port for --listen: the operator binds it itself.
+    let addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let op = Operator::with(&emu, Setup::new("solo").listen(addr)).await;
+    let ready = wait::until_async("/readyz to answer 200", Duration::from_secs(30), || async {
+        matches!(http_get(addr, "/readyz").await, Ok((200, _)))
+    });
+    ready.await;
+    emu.inject(
+        Fault::internal_error()
+            .verb(Verb::Apply)
+            .resource("statefulsets"),
+    );
+    create(&emu, cluster("demo", 2, 1, nodeport())).await;
+    eventually(&emu, "converged after a failed reconcile", |e| {
+        converged(e, "demo")
+    })
+    .await;
+
+    let scrape_has_cluster = |text: &str| {
+        text.lines().any(|l| {
+            l.starts_with("shardgate_cluster_ready_shards{") && l.contains("cluster=\"demo\"")
+        })
+    };
+    let text = wait::until_async(
+        "/metrics to carry the cluster's series",
+        Duration::from_secs(30),
+        || async {
+            match http_get(addr, "/metrics").await {
+                Ok((200, body)) if scrape_has_cluster(&body) => Some(body),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    op.stop().await;
+
+    let scrape = Scrape::parse(&text);
+    assert!(
+        scrape
+            .samples
+            .contains_key("shardgate_reconcile_errors_total"),
+        "the failed reconcile is counted:\n{text}"
+    );
+    for file in ["templates/prometheusrule.yaml", "dashboards/shardgate.json"] {
+        let names = used(&chart_file(file));
+        assert!(!names.is_empty(), "{file} uses no shardgate metric");
+        let unknown: Vec<_> = names
+            .iter()
+            .filter(|n| !scrape.samples.contains_key(*n) && !scrape.declared(n))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} uses metrics /metrics does not serve: {unknown:?}\n/metrics:\n{text}"
+        );
+        // The per-cluster metrics carry the cluster's series.
+        for name in names.iter().filter(|n| n.starts_with("shardgate_cluster_")) {
+            let series = scrape.samples.get(name).cloned().unwrap_or_default();
+            assert!(
+                series
+                    .iter()
+                    .any(|s| s.contains(&format!("namespace=\"{NS}\""))
+                        && s.contains("cluster=\"demo\"")),
+                "{file}: {name} has no series of cluster demo:\n{text}"
+            );
+        }
+    }
 }

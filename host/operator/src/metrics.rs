@@ -120,6 +120,12 @@ impl Default for Metrics {
             "The serving reconcile module (1), by SHA-256 digest and source",
             module_info.clone(),
         );
+        // Every result from the start, at 0: an alert on
+        // `increase(...{result="rejected"}[...]) > 0` then sees the first
+        // rejection too (a series that appears at 1 shows no increase).
+        for result in shardgate_wasm::swap::CHECK_RESULTS {
+            module_swaps.get_or_create(&SwapLabels { result }).inc_by(0);
+        }
         registry.register(
             "module_swaps",
             "Candidate reconcile modules, by result (accepted, rejected)",
@@ -240,6 +246,12 @@ impl Metrics {
                 .get_or_create(cluster)
                 .set(n.into());
         }
+        // The cluster's counters from its first status, at 0, so that its
+        // first failover or migration shows as an increase.
+        self.cluster_failovers.get_or_create(cluster).inc_by(0);
+        self.cluster_slot_migrations
+            .get_or_create(cluster)
+            .inc_by(0);
     }
 
     /// Counts what a topology plan ran on a cluster.
@@ -319,6 +331,15 @@ mod tests {
             cluster: "orders".into(),
         };
         m.cluster_status(&c, "Reconciling", Some(3), Some(1));
+        let text = m.encode();
+        for line in [
+            r#"shardgate_cluster_failovers_total{namespace="ns",cluster="orders"} 0"#,
+            r#"shardgate_cluster_slot_migrations_total{namespace="ns",cluster="orders"} 0"#,
+            r#"shardgate_module_swaps_total{result="accepted"} 0"#,
+            r#"shardgate_module_swaps_total{result="rejected"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
         m.cluster_status(&c, "Ready", Some(3), Some(3));
         m.cluster_steps(&c, 1, 2);
         let text = m.encode();

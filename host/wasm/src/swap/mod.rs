@@ -47,6 +47,15 @@ use crate::{CallError, EMBEDDED_GUEST, Engine, Reconciler, Tier};
 /// What a host hears of the manager: which module serves, each checked
 /// candidate, rollbacks, and warnings an operator must see. Every method
 /// has a default that does nothing.
+/// A checked candidate's result, as [`Observer::checked`] reports it: it
+/// passed every check and serves.
+pub const ACCEPTED: &str = "accepted";
+/// A checked candidate's result: it failed a check; the last good module
+/// keeps serving.
+pub const REJECTED: &str = "rejected";
+/// Every result [`Observer::checked`] reports.
+pub const CHECK_RESULTS: [&str; 2] = [ACCEPTED, REJECTED];
+
 pub trait Observer: Send + Sync {
     /// `serving` now serves; `replaced` served before it.
     fn serving(&self, replaced: Option<&Serving>, serving: &Serving) {
@@ -456,7 +465,7 @@ impl ModuleManager {
             digest: accepted.digest,
             source: label.to_string(),
         });
-        self.observer.checked("accepted");
+        self.observer.checked(ACCEPTED);
     }
 
     /// Replaces the serving module's code with `optimized`, the same module
@@ -510,7 +519,7 @@ impl ModuleManager {
             serving = %serving,
             "reconcile module rejected; the last good module keeps serving"
         );
-        self.observer.checked("rejected");
+        self.observer.checked(REJECTED);
         self.observer.warning(
             "ModuleRejected",
             "SwapModule",
