@@ -143,11 +143,36 @@ spec:
     .unwrap();
     assert_eq!(got["items"][0]["metadata"]["name"], "live");
     assert_eq!(got["items"][0]["status"]["state"], "Ready");
-    // The short name and the printer columns, as on a real cluster.
+    // The short name and the printer columns, as on a real cluster: what a
+    // person reads first (state, shards ready of wanted, how it is reached,
+    // age), the rest with -o wide.
+    let status = &got["items"][0]["status"];
+    let shards = format!("{}/{}", status["readyShards"], status["shards"]);
+    assert_eq!(status["shardReadiness"], shards.as_str());
     let table = kubectl(&kubeconfig, &["get", "vkc"]);
-    assert!(
-        table.contains("STATE") && table.contains("READY SHARDS") && table.contains("Ready"),
+    let lines: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["NAME", "STATE", "SHARDS", "EXTERNAL ACCESS", "AGE"],
         "{table}"
+    );
+    assert_eq!(
+        lines[1][..4],
+        ["live", "Ready", shards.as_str(), "NodePort"],
+        "{table}"
+    );
+    let wide = kubectl(&kubeconfig, &["get", "vkc", "-o", "wide"]);
+    assert!(
+        wide.contains("REPLICAS") && wide.contains("AllNodesReady"),
+        "{wide}"
     );
     let pods = kubectl(&kubeconfig, &["get", "pods"]);
     assert!(pods.contains("1/1") && pods.contains("Running"), "{pods}");

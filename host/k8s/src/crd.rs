@@ -28,13 +28,13 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "ValkeyClusterStatus",
     cel,
-    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
-    printcolumn = r#"{"name":"Shards","type":"integer","jsonPath":".status.shards"}"#,
-    printcolumn = r#"{"name":"Ready Shards","type":"integer","jsonPath":".status.readyShards"}"#,
-    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"External","type":"string","jsonPath":".status.conditions[?(@.type==\"ExternalAccessReady\")].reason"}"#,
+    printcolumn = r#"{"name":"State","type":"string","description":"Where the cluster is: Initializing, Reconciling, Ready, Degraded or Failed","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Shards","type":"string","description":"Shards whose every node is ready, of the shards the spec wants","jsonPath":".status.shardReadiness"}"#,
+    printcolumn = r#"{"name":"External Access","type":"string","description":"How clients outside reach the nodes: NodePort, LoadBalancer, Gateway, or None","jsonPath":".status.externalAccessType"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","priority":1,"description":"Replicas per primary","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","priority":1,"description":"The Ready condition's reason","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"External","type":"string","priority":1,"description":"The ExternalAccessReady condition's reason","jsonPath":".status.conditions[?(@.type==\"ExternalAccessReady\")].reason"}"#,
     validation = Rule::new("size(self.metadata.name) + size(string(self.spec.shards - 1)) + size(string(self.spec.replicas)) <= 40").message("metadata.name is too long: the node StatefulSet name shardgate-<name>-<shard>-<node> must fit 52 characters").field_path(".metadata.name"),
     validation = Rule::new("self.spec.shards * (self.spec.replicas + 1) <= 400").message("a cluster may have at most 400 nodes (shards x (replicas + 1)): the largest size proven to reconcile within the reconcile module's limits").field_path(".spec.shards"),
     validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS label: it is part of Service names").field_path(".metadata.name"),
@@ -562,6 +562,16 @@ pub struct ValkeyClusterStatus {
     /// Shards whose every node is ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_shards: Option<i32>,
+    /// `readyShards/shards` in one string, e.g. `2/3`: the `Shards` column
+    /// of `kubectl get vkc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_readiness: Option<String>,
+    /// How clients outside Kubernetes reach the nodes, as the spec says:
+    /// `NodePort`, `LoadBalancer` or `ClusterIP` (the shard Services'
+    /// type), `Gateway` (`externalAccess.gateway`), or `None` (external
+    /// access off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_access_type: Option<ExternalAccessType>,
     /// With a gateway: the Gateway and the listener ports it lacks (the
     /// nodes behind them are not announced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -577,6 +587,34 @@ pub struct GatewayStatus {
     /// Listener ports the routes need and the Gateway does not have.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_listeners: Vec<i32>,
+}
+
+/// `status.externalAccessType`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ExternalAccessType {
+    NodePort,
+    LoadBalancer,
+    #[serde(rename = "ClusterIP")]
+    ClusterIp,
+    Gateway,
+    None,
+}
+
+impl ExternalAccessType {
+    /// How `external_access` (a cluster's `spec.externalAccess`) exposes
+    /// the nodes.
+    pub fn of(external_access: Option<&ExternalAccessSpec>) -> Self {
+        match external_access {
+            None => ExternalAccessType::None,
+            Some(ea) if !ea.enabled => ExternalAccessType::None,
+            Some(ea) if ea.gateway.is_some() => ExternalAccessType::Gateway,
+            Some(ea) => match ea.service_type.unwrap_or_default() {
+                ServiceType::NodePort => ExternalAccessType::NodePort,
+                ServiceType::LoadBalancer => ExternalAccessType::LoadBalancer,
+                ServiceType::ClusterIp => ExternalAccessType::ClusterIp,
+            },
+        }
+    }
 }
 
 /// `status.state`.

@@ -13,7 +13,8 @@ use shardgate_contract::conditions::{
 use shardgate_contract::model as m;
 
 use crate::crd::{
-    ClusterState, GatewayStatus, NodeEndpointStatus, ShardEndpointStatus, ValkeyClusterStatus,
+    ClusterState, ExternalAccessType, GatewayStatus, NodeEndpointStatus, ShardEndpointStatus,
+    ValkeyClusterStatus,
 };
 
 /// What a reconcile saw and did, beyond the guest's answer.
@@ -42,6 +43,9 @@ pub struct Progress {
     /// Nodes still to be restarted onto their current template (an image
     /// or resources change rolling through).
     pub rolling: usize,
+    /// How the spec exposes the nodes ([`ExternalAccessType::of`]); `None`
+    /// leaves `status.externalAccessType` out.
+    pub external_access_type: Option<ExternalAccessType>,
 }
 
 /// The Valkey cluster's formation, as the guest's plan reports it.
@@ -158,6 +162,8 @@ pub fn compute(
                 state: previous.state,
                 shards: Some(progress.shards as i32),
                 ready_shards: Some(progress.ready_shards as i32),
+                shard_readiness: Some(format!("{}/{}", progress.ready_shards, progress.shards)),
+                external_access_type: progress.external_access_type,
                 gateway: guest.gateway.as_ref().map(|g| GatewayStatus {
                     name: g.name.clone(),
                     missing_listeners: g
@@ -419,7 +425,30 @@ mod tests {
             rolling: 0,
             shards: 3,
             ready_shards: ready / 2,
+            external_access_type: Some(ExternalAccessType::NodePort),
         }
+    }
+
+    /// The columns `kubectl get vkc` shows first: shards ready of wanted
+    /// as one string, and how the nodes are reached.
+    #[test]
+    fn the_shards_and_external_access_columns_are_filled() {
+        let g = guest(Some(m::ConditionStatus::True));
+        let s = compute_reconciled(&g, progress(0, 4, Some(true), false));
+        assert_eq!(s.shard_readiness.as_deref(), Some("2/3"));
+        assert_eq!(s.external_access_type, Some(ExternalAccessType::NodePort));
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["shardReadiness"], "2/3");
+        assert_eq!(json["externalAccessType"], "NodePort");
+        let unknown = compute_reconciled(
+            &g,
+            Progress {
+                external_access_type: None,
+                ..progress(0, 6, Some(true), false)
+            },
+        );
+        assert_eq!(unknown.shard_readiness.as_deref(), Some("3/3"));
+        assert!(serde_json::to_value(&unknown).unwrap()["externalAccessType"].is_null());
     }
 
     #[test]

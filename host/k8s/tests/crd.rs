@@ -172,3 +172,44 @@ fn persistence_cannot_change_once_the_cluster_exists() {
     // A new cluster may have it.
     persistent.validate_cel().unwrap();
 }
+
+/// `status.externalAccessType` (the `External Access` column) says how the
+/// spec exposes the nodes.
+#[test]
+fn the_external_access_type_follows_the_spec() {
+    use ExternalAccessType as T;
+    let of = |ea: Option<ExternalAccessSpec>| ExternalAccessType::of(ea.as_ref());
+    let on = |service_type: Option<ServiceType>| ExternalAccessSpec {
+        service_type,
+        ..ea(true, EndpointType::Ip, None)
+    };
+    assert_eq!(of(None), T::None);
+    assert_eq!(of(Some(ea(false, EndpointType::Ip, None))), T::None);
+    assert_eq!(of(Some(on(None))), T::NodePort, "NodePort is the default");
+    assert_eq!(
+        of(Some(on(Some(ServiceType::LoadBalancer)))),
+        T::LoadBalancer
+    );
+    assert_eq!(of(Some(on(Some(ServiceType::ClusterIp)))), T::ClusterIp);
+    let gateway = GatewaySpec {
+        gateway_ref: serde_json::from_value(serde_json::json!({"name": "valkey"})).unwrap(),
+        base_port: 7000,
+    };
+    let behind = ExternalAccessSpec {
+        gateway: Some(gateway),
+        ..on(Some(ServiceType::ClusterIp))
+    };
+    assert_eq!(of(Some(behind.clone())), T::Gateway);
+    assert_eq!(
+        of(Some(ExternalAccessSpec {
+            enabled: false,
+            ..behind
+        })),
+        T::None,
+        "off wins over a gateway"
+    );
+    assert_eq!(
+        serde_json::to_value(T::ClusterIp).unwrap(),
+        serde_json::json!("ClusterIP")
+    );
+}

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use shardgate_contract::model::{self as m, NodeRef, Severity, Violation};
-use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_k8s::crd::{ExternalAccessType, ValkeyCluster};
 use shardgate_k8s::manifest;
 use shardgate_k8s::status::{self, Outcome, Progress};
 use shardgate_k8s::{convert, gateway_api};
@@ -253,6 +253,9 @@ pub fn render(
         acl_pending: 0,
         conflicts: Vec::new(),
         rolling: 0,
+        external_access_type: Some(ExternalAccessType::of(
+            cluster.spec.external_access.as_ref(),
+        )),
     };
     let outcome = Outcome::Reconciled {
         guest: &desired.status,

@@ -32,7 +32,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use shardgate_k8s::convert;
-use shardgate_k8s::crd::ValkeyCluster;
+use shardgate_k8s::crd::{ExternalAccessType, ValkeyCluster};
 use shardgate_k8s::status::{Outcome, Progress};
 use tracing::{info, warn};
 
@@ -147,6 +147,7 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
         acl_pending: reshaped.acl_waiting,
         conflicts: applied.conflicts,
         rolling: snapshot.rolling(),
+        external_access_type: Some(ExternalAccessType::of(vc.spec.external_access.as_ref())),
     };
     let pending = shardgate_k8s::status::pending(&desired.status, &progress);
     let outcome = Outcome::Reconciled {
