@@ -1,38 +1,57 @@
 //! P4 "scale": cold start of the real `shardgate run` binary against the API
 //! emulator holding N ValkeyClusters of 10 shards x 3 nodes, for N = 10, 100
-//! and 1,000, side by side in one run.
+//! and 1,000, side by side in one run; and P6, one cluster's edit latency
+//! while the operator manages the N.
 //!
-//! Each size runs two phases against a fresh emulator (in this process; the
-//! operator is a child process, so its RSS and CPU are its own):
+//! Each size runs these phases against a fresh emulator (in this process;
+//! the operator is a child process, so its RSS and CPU are its own):
 //! - **first start**: only the ValkeyClusters exist; the operator creates
 //!   every Service, ConfigMap and StatefulSet (the emulator's StatefulSet
 //!   controller creates the Pods, already Ready: `instant_pods`) until every
-//!   cluster's status says Ready and Converged for its generation;
-//! - **restart**: that operator stops, a new one starts on the converged
-//!   state, until it has reconciled every cluster once; it must write
-//!   nothing.
+//!   cluster's status says Ready and Converged for its generation; that
+//!   operator stops;
+//! - **floor** (`scale/floor.rs`): the first start's requests and watch
+//!   events replayed through HTTP and JSON against a server with no logic,
+//!   the client's and the server's CPU apart: what any operator and API
+//!   server that speak JSON over HTTP/1.1 would pay for that traffic here;
+//! - **restart floor** (`scale/restart_floor.rs`): the same for a restart on
+//!   the converged state: every watched kind listed in the operator's pages
+//!   of 100, each watch opened, and each cluster's Secrets read by name;
+//!   both floors run while no operator does, and only read the state;
+//! - **restart**: a new operator starts on the converged state, until it has
+//!   reconciled every cluster once; it must write nothing;
+//! - **P6 under load** (`scale/edits.rs`): that operator keeps running,
+//!   managing the N converged clusters, while one of them (the middle
+//!   namespace's) gets 50 edits of its shard Services' annotations, then 50
+//!   of its `spec.shards` (10 -> 11 -> 10 ...), each timed from the patch
+//!   until its status is Ready for the new generation.
 //!
-//! Then a third, **floor** (`scale/floor.rs`): the first start's requests
-//! and watch events replayed through HTTP and JSON against a server with no
-//! logic, the client's and the server's CPU apart: what any operator and API
-//! server that speak JSON over HTTP/1.1 would pay for that traffic here.
+//! Once per run, before the sizes, **P6 idle**: a fresh emulator with that
+//! one cluster only and a fresh operator, from its first start to converged,
+//! then the same edits: the baseline the under-load figures are divided by.
 //!
 //! Reported per phase: wall time, peak RSS (`VmHWM`) and RSS at the end
 //! (`VmRSS`), CPU time, the guest's
 //! share of that CPU (the operator's own `guest_call_duration_seconds`,
 //! timed on the blocking thread), the API emulator's CPU (this process), API
-//! writes and reconciles.
+//! writes and reconciles; per floor, its wall time and the client's and the
+//! server's CPU; for P6, each kind's median and p99 under load and idle, and
+//! their ratio at p99. A closing block gives, per size, the operator's CPU
+//! over the floor's client CPU for the first start and for the restart, and
+//! the peak RSS.
 //!
 //! Each cluster lives in its own namespace, and the NodePort range is
 //! widened to 20000-59999 (as `--service-node-port-range` would): 1,000
 //! clusters x 10 shards x 3 nodes need 30,000 NodePorts, more than the
 //! default range holds.
 //!
-//! Modes: `cargo bench -p shardgate --bench scale` (full: 10, 100, 1,000);
-//! quick (`cargo test --benches`, `SHARDGATE_BENCH_QUICK=1` or `-- --quick`):
-//! 10 clusters, asserting only that both phases converge and that the
-//! restart writes nothing. `SHARDGATE_BENCH_CLUSTERS=10,100` picks sizes,
-//! `SHARDGATE_BENCH_TIMEOUT_S` the time a phase may take, and
+//! Modes: `cargo bench -p shardgate --bench scale` (full: 10, 100, 1,000;
+//! 50 edits of each kind); quick (`cargo test --benches`,
+//! `SHARDGATE_BENCH_QUICK=1` or `-- --quick`): 10 clusters and 3 edits of
+//! each kind, asserting only that every phase converges, that the restart
+//! writes nothing, that the floors carry the traffic they stand for, and
+//! that every edit converged. `SHARDGATE_BENCH_CLUSTERS=10,100` picks sizes,
+//! `SHARDGATE_BENCH_TIMEOUT_S` the time a phase (or one edit) may take, and
 //! `SHARDGATE_BENCH_WRAPPER` a command to run the operator under (a
 //! profiler: `valgrind --tool=callgrind`).
 
@@ -47,8 +66,12 @@ use serde_json::{Value, json};
 use shardgate_tests::bench::{build_profile, nproc};
 use shardgate_tests::scratch::ScratchDir;
 
+#[path = "scale/edits.rs"]
+mod edits;
 #[path = "scale/floor.rs"]
 mod floor;
+#[path = "scale/restart_floor.rs"]
+mod restart_floor;
 
 // The emulator (the API server of this bench) allocates as the operator
 // does.
@@ -350,7 +373,27 @@ async fn phase(
     (row, op)
 }
 
-async fn size(n: usize, dir: &Path) -> (Vec<Row>, FloorRow) {
+/// Edits of each kind in P6: 50, or 3 in quick mode.
+fn edit_count() -> usize {
+    if quick() { 3 } else { 50 }
+}
+
+/// The cluster P6 edits at size `n`: the one in the middle.
+fn edited_namespace(n: usize) -> String {
+    namespace(n / 2)
+}
+
+/// What one size measured.
+struct Size {
+    rows: Vec<Row>,
+    floor: FloorRow,
+    restart_floor: RestartFloorRow,
+    /// P6 under load: edits to one cluster while the restart's operator
+    /// manages all `n`.
+    edits: Vec<edits::Latencies>,
+}
+
+async fn size(n: usize, dir: &Path) -> Size {
     let emu = emulator(n).await;
     let kubeconfig: PathBuf = dir.join(format!("kubeconfig-{n}"));
     emu.write_kubeconfig(&kubeconfig)
@@ -366,18 +409,11 @@ async fn size(n: usize, dir: &Path) -> (Vec<Row>, FloorRow) {
     // The first start's traffic, for the floor below.
     let (writes, events) = (emu.write_counts(), emu.emitted_events());
 
-    let (restart, op) = phase(&emu, &kubeconfig, n, "restart", |_, op| {
-        op.metric("shardgate_reconcile_duration_seconds_count") >= n as f64
-    })
-    .await;
-    restart.print();
-    println!("         writes: {}", restart.write_detail);
-    op.stop();
-
+    // Both floors while nothing else runs, on the converged state the
+    // restart below starts from (they only read it).
     let floor = floor::run(&emu, &writes, &events, cpu_seconds_of)
         .await
         .expect("the floor replays the first start's traffic");
-    emu.shutdown().await;
     let floor = FloorRow {
         clusters: n,
         floor,
@@ -386,7 +422,89 @@ async fn size(n: usize, dir: &Path) -> (Vec<Row>, FloorRow) {
         first_start_operator_cpu_seconds: first.cpu_seconds,
     };
     floor.print();
-    (vec![first, restart], floor)
+    let restart_floor = restart_floor::run(&emu, cpu_seconds_of)
+        .await
+        .expect("the restart floor lists and reads the converged state");
+
+    let (restart, op) = phase(&emu, &kubeconfig, n, "restart", |_, op| {
+        op.metric("shardgate_reconcile_duration_seconds_count") >= n as f64
+    })
+    .await;
+    restart.print();
+    println!("         writes: {}", restart.write_detail);
+    let restart_floor = RestartFloorRow {
+        clusters: n,
+        floor: restart_floor,
+        restart_seconds: restart.seconds,
+        restart_cpu_seconds: restart.cpu_seconds + restart.api_cpu_seconds,
+        restart_operator_cpu_seconds: restart.cpu_seconds,
+    };
+    restart_floor.print();
+
+    // P6 under load: the restart's operator now manages n converged
+    // clusters; one of them is edited.
+    let edits = edits::run(
+        &emu,
+        &edited_namespace(n),
+        "cache",
+        SHARDS,
+        edit_count(),
+        timeout(n),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("P6 under load, {n} clusters: {e:#}"));
+    for l in &edits {
+        print_edits(&format!("{n} under load"), l);
+    }
+    op.stop();
+    emu.shutdown().await;
+    Size {
+        rows: vec![first, restart],
+        floor,
+        restart_floor,
+        edits,
+    }
+}
+
+/// P6's idle baseline: an operator that manages one cluster only (the same
+/// spec, in a fresh emulator), from its first start to converged, then the
+/// same edits.
+async fn idle_edits(dir: &Path) -> Vec<edits::Latencies> {
+    let emu = emulator(1).await;
+    let kubeconfig: PathBuf = dir.join("kubeconfig-idle");
+    emu.write_kubeconfig(&kubeconfig)
+        .expect("kubeconfig written");
+    let (first, op) = phase(&emu, &kubeconfig, 1, "idle start", |emu, _| {
+        converged_count(emu) == 1
+    })
+    .await;
+    assert_eq!(first.converged, 1, "P6 idle: the one cluster converges");
+    let edits = edits::run(
+        &emu,
+        &edited_namespace(1),
+        "cache",
+        SHARDS,
+        edit_count(),
+        timeout(1),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("P6 idle: {e:#}"));
+    for l in &edits {
+        print_edits("idle", l);
+    }
+    op.stop();
+    emu.shutdown().await;
+    edits
+}
+
+fn print_edits(what: &str, l: &edits::Latencies) {
+    println!(
+        "         P6 {what}: {} x{}: median {:.1} ms, p99 {:.1} ms",
+        l.edit.name(),
+        l.samples.len(),
+        l.median_ms(),
+        l.p99_ms()
+    );
 }
 
 /// The floor under one size's first start, and the first start against it.
@@ -419,6 +537,43 @@ impl FloorRow {
     }
 }
 
+/// The floor under one size's restart, and the restart against it.
+struct RestartFloorRow {
+    clusters: usize,
+    floor: restart_floor::RestartFloor,
+    restart_seconds: f64,
+    /// The operator's and the emulator's CPU in the restart.
+    restart_cpu_seconds: f64,
+    restart_operator_cpu_seconds: f64,
+}
+
+impl RestartFloorRow {
+    /// The restart's operator CPU over the restart floor's client CPU.
+    fn ratio(&self) -> f64 {
+        self.restart_operator_cpu_seconds / self.floor.client_cpu_seconds()
+    }
+
+    fn print(&self) {
+        let f = &self.floor;
+        println!(
+            "{:>8} {:<12} {:>8} listed in {} pages, {} watches, {} Secret reads {:>8.2} s wall {:>8.2} cpu s (client {:.2}, server {:.2}); restart / restart floor: {:.1}x wall, {:.1}x cpu, operator / client {:.1}x cpu",
+            self.clusters,
+            "restart flr",
+            f.listed,
+            f.pages,
+            f.watches,
+            f.secret_reads,
+            f.seconds,
+            f.cpu_seconds,
+            f.client_cpu_seconds(),
+            f.server_cpu_seconds,
+            self.restart_seconds / f.seconds,
+            self.restart_cpu_seconds / f.cpu_seconds,
+            self.ratio(),
+        );
+    }
+}
+
 fn header() {
     println!(
         "{:>8} {:<12} {:>11} {:>8} {:>9} {:>8} {:>8} {:>7} {:>8} {:>8} {:>10}",
@@ -447,13 +602,19 @@ async fn main() {
         nproc(),
         if quick { ", quick mode" } else { "" }
     );
+    // P6's idle baseline first: one cluster, its own operator.
+    let idle = idle_edits(dir.path()).await;
     header();
     let mut rows = Vec::new();
     let mut floors = Vec::new();
+    let mut restart_floors = Vec::new();
+    let mut loaded = Vec::new();
     for n in sizes() {
-        let (r, f) = size(n, dir.path()).await;
-        rows.extend(r);
-        floors.push(f);
+        let s = size(n, dir.path()).await;
+        rows.extend(s.rows);
+        floors.push(s.floor);
+        restart_floors.push(s.restart_floor);
+        loaded.push((n, s.edits));
     }
     drop(dir);
 
@@ -467,6 +628,12 @@ async fn main() {
         "floor: the first start's requests and watch events, HTTP and JSON only (no apply logic on either side), in this process"
     );
     for f in &floors {
+        f.print();
+    }
+    println!(
+        "restart floor: the restart's lists (pages of 100), watches and Secret reads, HTTP and JSON only, in this process"
+    );
+    for f in &restart_floors {
         f.print();
     }
     // Growth: each size against the smallest, same phase, same run.
@@ -483,6 +650,62 @@ async fn main() {
             );
         }
     }
+
+    println!();
+    println!(
+        "P6: one cluster's edit, from the patch sent to Ready for its generation (status polled in process every {} ms); {} edits of each kind; p99 is nearest-rank (with under 100 edits: the slowest); idle: an operator managing that cluster only",
+        edits::POLL.as_millis(),
+        edit_count()
+    );
+    println!(
+        "{:>8} {:<20} {:>13} {:>13} {:>13} {:>13} {:>26}",
+        "clusters",
+        "edit",
+        "load med ms",
+        "load p99 ms",
+        "idle med ms",
+        "idle p99 ms",
+        "load / idle p99 (goal<=2x)"
+    );
+    for (n, edits) in &loaded {
+        for (l, i) in edits.iter().zip(&idle) {
+            println!(
+                "{:>8} {:<20} {:>13.1} {:>13.1} {:>13.1} {:>13.1} {:>25.2}x",
+                n,
+                l.edit.name(),
+                l.median_ms(),
+                l.p99_ms(),
+                i.median_ms(),
+                i.p99_ms(),
+                l.p99_ms() / i.p99_ms()
+            );
+        }
+    }
+
+    println!();
+    println!("headline (issue 23), each size side by side in this run:");
+    println!(
+        "{:>8} {:>44} {:>46} {:>44}",
+        "clusters",
+        "first start op cpu / floor client (goal<=1.5x)",
+        "restart op cpu / restart floor client (<=1.5x)",
+        "peak MiB first start / restart (goal<=150)"
+    );
+    for (f, rf) in floors.iter().zip(&restart_floors) {
+        let peak = |phase: &str| {
+            rows.iter()
+                .find(|r| r.clusters == f.clusters && r.phase == phase)
+                .map_or(0.0, |r| r.peak_rss_mib)
+        };
+        println!(
+            "{:>8} {:>43.2}x {:>45.2}x {:>44}",
+            f.clusters,
+            f.first_start_operator_cpu_seconds / f.floor.client_cpu_seconds(),
+            rf.ratio(),
+            format!("{:.1} / {:.1}", peak("first start"), peak("restart")),
+        );
+    }
+
     if quick {
         for r in &rows {
             assert_eq!(
@@ -506,11 +729,26 @@ async fn main() {
             );
             assert!(f.floor.events > f.floor.writes);
         }
+        for f in &restart_floors {
+            assert_eq!(f.floor.watches, 7, "the restart floor opens every watch");
+            assert_eq!(
+                f.floor.secret_reads,
+                3 * f.clusters as u64,
+                "the restart floor reads each cluster's three Secrets"
+            );
+            assert!(f.floor.listed > f.clusters as u64 * u64::from(SHARDS));
+        }
         let restart = rows.iter().find(|r| r.phase == "restart").unwrap();
         assert_eq!(
             restart.writes, 0,
             "a restart on converged state wrote to the API"
         );
         assert!(restart.reconciles >= restart.clusters as f64);
+        // Every edit converged (a timeout fails above); timings are not
+        // asserted.
+        for edits in loaded.iter().map(|(_, e)| e).chain([&idle]) {
+            assert_eq!(edits.len(), edits::Edit::ALL.len());
+            assert!(edits.iter().all(|l| l.samples.len() == edit_count()));
+        }
     }
 }

@@ -43,7 +43,7 @@ use shardgate_k8s::crd::ValkeyCluster;
 use tokio::sync::mpsc;
 
 /// Requests in flight at once: the operator's reconcile concurrency.
-const CONCURRENCY: usize = 16;
+pub const CONCURRENCY: usize = 16;
 
 /// One resource of the replayed traffic.
 struct Resource {
@@ -137,7 +137,7 @@ const SERVER_THREAD: &str = "floor-server";
 
 /// CPU seconds of this process's threads named `name`, from each thread's
 /// `/proc/self/task/<tid>/stat` through `cpu_of_stat`.
-fn threads_cpu_seconds(name: &str, cpu_of_stat: &impl Fn(&str) -> f64) -> f64 {
+pub fn threads_cpu_seconds(name: &str, cpu_of_stat: &impl Fn(&str) -> f64) -> f64 {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return 0.0;
     };
