@@ -751,12 +751,15 @@ async fn a_pinned_node_port_the_api_server_refuses_is_named_in_status() {
             })
     })
     .await;
-    assert!(
+    // The error is counted in the error policy, after the reconcile has
+    // written it to status: wait for it, too.
+    eventually(&emu, "the error counted as NodePortTaken", |_| {
         harness::metric_sum(
             &op.metrics,
-            "shardgate_reconcile_errors_total{reason=\"NodePortTaken\"}"
+            "shardgate_reconcile_errors_total{reason=\"NodePortTaken\"}",
         ) > 0
-    );
+    })
+    .await;
     // The other Service holds its port; nothing was taken from it.
     let other = emu.get("services", NS, "someone-else").unwrap();
     assert_eq!(other["spec"]["ports"][0]["nodePort"], 30301);
