@@ -53,22 +53,10 @@ impl Nodes {
         let mut nodes = BTreeMap::new();
         for answer in answers {
             match answer {
-                Ok(((shard, node), ip, client, f)) => {
-                    let announced = f.view.announced;
-                    let facts = ValkeyNode {
-                        shard,
-                        node,
-                        id: f.view.id,
-                        primary: f.view.primary,
-                        slots: f.view.slots,
-                        peers: f.view.peers,
-                        migrating: f.migrating,
-                        synced: f.synced,
-                        cluster_ok: f.cluster_ok,
-                        version: f.version,
-                    };
+                Ok((at, ip, client, f)) => {
+                    let (facts, announced) = split(at, f);
                     nodes.insert(
-                        (shard, node),
+                        at,
                         Answered {
                             ip,
                             client,
@@ -81,6 +69,31 @@ impl Nodes {
             }
         }
         Nodes { nodes }
+    }
+
+    /// Reads every answering node's facts again, over the connection the
+    /// look opened (no new connection, no login), and says whether any
+    /// differ from the last read: the facts the plan was made from, at
+    /// first. A node that no longer answers is a change too (the next look
+    /// plans around it).
+    pub async fn refresh(&mut self) -> bool {
+        let changes = futures::future::join_all(self.nodes.iter_mut().map(|(&at, a)| async move {
+            match a.client.facts().await {
+                Ok(f) => {
+                    let (facts, announced) = split(at, f);
+                    let changed = facts != a.facts || announced != a.announced;
+                    a.facts = facts;
+                    a.announced = announced;
+                    changed
+                }
+                Err(e) => {
+                    debug!(error = %e, "node did not answer a poll");
+                    true
+                }
+            }
+        }))
+        .await;
+        changes.contains(&true)
     }
 
     /// Whether node `at` answered and serves slots (a primary).
@@ -206,7 +219,10 @@ impl Nodes {
                 let peer = self.get(m.peer)?.ip;
                 self.get(m.node)?.client.meet(peer).await
             }
-            Step::AddSlots(a) => self.get(a.node)?.client.add_slots(&a.slots).await,
+            Step::AddSlots(a) => {
+                self.get(a.node)?.client.add_slots(&a.slots).await?;
+                self.spread_slots(a.node).await
+            }
             Step::Replicate(r) => {
                 let primary = self.get(r.primary)?.facts.id.clone();
                 self.get(r.node)?.client.replicate(&primary).await
@@ -229,6 +245,29 @@ impl Nodes {
         }
     }
 
+    /// Makes every other answering node learn now that node `at` serves
+    /// its new slots: `at` meets each of them again, and the handshake's
+    /// first message carries its slot map. Gossip alone tells a node only
+    /// when `at` next pings it, up to `cluster-node-timeout / 2` later.
+    /// Measured with a client on 3x1 and 10x2 clusters whose slots were
+    /// added after every node knew the anchor: every node reported
+    /// `cluster_state:ok` 2.1-2.2 s after the servers started with these
+    /// meets (Valkey's own 2 s writable delay), 3.0-5.6 s without. A meet
+    /// of a node already known is dropped once its ID shows.
+    async fn spread_slots(&mut self, at: NodeRef) -> Result<(), valkey::Error> {
+        let others: Vec<IpAddr> = self
+            .nodes
+            .iter()
+            .filter(|(k, _)| **k != (at.shard, at.node))
+            .map(|(_, a)| a.ip)
+            .collect();
+        let node = self.get(at)?;
+        for ip in others {
+            node.client.meet(ip).await?;
+        }
+        Ok(())
+    }
+
     fn get(&mut self, at: NodeRef) -> Result<&mut Answered, valkey::Error> {
         self.nodes
             .get_mut(&(at.shard, at.node))
@@ -241,6 +280,24 @@ impl Nodes {
                 ),
             })
     }
+}
+
+/// The guest's facts of the node at `(shard, node)` from what it said, and
+/// what it sees each node announce.
+fn split((shard, node): (u32, u32), f: valkey::Facts) -> (ValkeyNode, BTreeMap<String, String>) {
+    let facts = ValkeyNode {
+        shard,
+        node,
+        id: f.view.id,
+        primary: f.view.primary,
+        slots: f.view.slots,
+        peers: f.view.peers,
+        migrating: f.migrating,
+        synced: f.synced,
+        cluster_ok: f.cluster_ok,
+        version: f.version,
+    };
+    (facts, f.view.announced)
 }
 
 /// What [`Nodes::sync_acl`] did.
