@@ -46,8 +46,6 @@ pub struct Context {
     failures: Mutex<HashMap<ObjectRef<ValkeyCluster>, u32>>,
     /// When each cluster's old topology Services were first found retiring.
     pub retiring: crate::reconcile::retire::Retiring,
-    /// Looks in a row that found a reshaping cluster with nothing to do yet.
-    waits: Mutex<HashMap<ObjectRef<ValkeyCluster>, u32>>,
 }
 
 impl Context {
@@ -75,7 +73,6 @@ impl Context {
             settings_set: Mutex::new(HashMap::new()),
             modules,
             failures: Mutex::new(HashMap::new()),
-            waits: Mutex::new(HashMap::new()),
             retiring: Default::default(),
         }
     }
@@ -133,21 +130,6 @@ impl Context {
         let n = f.entry(obj).or_insert(0);
         *n = (*n + 1).min(16);
         Duration::from_millis(200u64.saturating_mul(1 << (*n - 1))).min(Duration::from_secs(300))
-    }
-
-    /// How many looks in a row found `obj` reshaping with nothing to do yet.
-    pub fn waits(&self, obj: &ObjectRef<ValkeyCluster>) -> u32 {
-        self.waits.lock().unwrap().get(obj).copied().unwrap_or(0)
-    }
-
-    /// Records [`Self::waits`] for `obj`; zero forgets it.
-    pub fn set_waits(&self, obj: &ObjectRef<ValkeyCluster>, n: u32) {
-        let mut waits = self.waits.lock().unwrap();
-        if n == 0 {
-            waits.remove(obj);
-        } else {
-            waits.insert(obj.clone(), n);
-        }
     }
 
     /// Resets `obj`'s backoff after a successful reconcile.

@@ -20,6 +20,7 @@ mod error;
 mod events;
 mod guest;
 mod observe;
+mod poll;
 mod prune;
 mod reshape;
 pub mod retire;
@@ -34,7 +35,7 @@ use kube::runtime::reflector::ObjectRef;
 use shardgate_k8s::convert;
 use shardgate_k8s::crd::{ExternalAccessType, ValkeyCluster};
 use shardgate_k8s::status::{Outcome, Progress};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use error::Error;
 pub use events::Said;
@@ -51,11 +52,10 @@ pub const SECRET_RECHECK: Duration = Duration::from_secs(5);
 /// How soon to look again when the object caches have not been listed yet.
 pub const CACHE_RECHECK: Duration = Duration::from_millis(200);
 /// The longest wait before looking again while the Valkey cluster is forming
-/// or changing shape (gossip, syncs and migrations take seconds).
+/// or changing shape (gossip, syncs and migrations take seconds): a fixed
+/// tick's period, and the most an adaptive reconcile polls before its next
+/// look.
 pub const TOPOLOGY_RECHECK: Duration = Duration::from_secs(1);
-/// The first wait after a plan's steps ran: the facts the next phase waits
-/// for (a meet, a replica's sync) often hold within tens of milliseconds.
-pub const TOPOLOGY_FIRST_RECHECK: Duration = Duration::from_millis(50);
 
 /// Reconciles one cluster through every stage and says when to look at it
 /// again; until the caches are listed it only requeues.
@@ -68,6 +68,7 @@ pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Acti
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let result = run(&vc, &ctx).await;
+    // A poll that follows is the wait between looks, not part of one.
     ctx.metrics
         .reconcile_seconds
         .observe(started.elapsed().as_secs_f64());
@@ -87,7 +88,21 @@ pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Acti
             }
         }
     }
-    result
+    match result? {
+        Looked::Done(action) => Ok(action),
+        Looked::Poll(mut wait) => {
+            let polled = wait.until_changed(&ctx, &vc).await;
+            debug!(?polled, waiting = %wait.waiting, "polled the reshaping cluster");
+            Ok(Action::requeue(Duration::ZERO))
+        }
+    }
+}
+
+/// How a look ended.
+enum Looked {
+    Done(Action),
+    /// Valkey is reshaping: poll it, then look again at once.
+    Poll(poll::Wait),
 }
 
 /// The reason of the Event and condition of a reconcile that failed.
@@ -105,18 +120,25 @@ pub fn error_policy(vc: Arc<ValkeyCluster>, err: &Error, ctx: Arc<Context>) -> A
     Action::requeue(delay)
 }
 
-async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
+async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Looked, Error> {
     let (snapshot, mut input) = observe::objects(vc, ctx)?;
+    let seen = poll::Seen::now(ctx, vc);
     let access = match credentials::resolve(ctx, vc, &mut input).await? {
         Ok(access) => access,
         Err(violations) => {
-            return status::refuse(vc, ctx, &violations, Some(SECRET_RECHECK)).await;
+            return status::refuse(vc, ctx, &violations, Some(SECRET_RECHECK))
+                .await
+                .map(Looked::Done);
         }
     };
     let mut nodes = observe::valkey(ctx, &snapshot, &access).await;
     let desired = match guest::call(ctx, input, nodes.as_ref()).await? {
         Ok(desired) => desired,
-        Err(violations) => return status::refuse(vc, ctx, &violations, None).await,
+        Err(violations) => {
+            return status::refuse(vc, ctx, &violations, None)
+                .await
+                .map(Looked::Done);
+        }
     };
     events::warnings(ctx, vc, &desired).await;
     let acl_marker = credentials::deliver_acl(ctx, vc, &desired.acl).await?;
@@ -158,63 +180,55 @@ async fn run(vc: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     if changed > 0 {
         info!(changed, "applied");
     }
-    let obj = ObjectRef::from_obj(vc);
-    let waited = ctx.waits(&obj);
-    let look = next_look(&outcome, reshaped, pending, waited, ctx.recheck);
-    ctx.set_waits(
-        &obj,
-        if look.reshaping && reshaped.steps == 0 {
-            waited + 1
-        } else {
-            0
-        },
-    );
-    let after = pruned.retire_in.map_or(look.after, |d| d.min(look.after));
-    Ok(Action::requeue(after))
+    let after = match (next_look(&outcome, reshaped, pending, ctx.recheck), nodes) {
+        (Next::After(after), _) => after,
+        (Next::Poll(budget), Some(nodes)) => {
+            return Ok(Looked::Poll(poll::Wait {
+                nodes,
+                seen,
+                steps_ran: reshaped.steps > 0,
+                budget,
+                waiting: desired.topology.waiting.clone(),
+            }));
+        }
+        (Next::Poll(budget), None) => budget,
+    };
+    let after = pruned.retire_in.map_or(after, |d| d.min(after));
+    Ok(Looked::Done(Action::requeue(after)))
 }
 
 /// How soon to look again at a cluster whose Valkey is reshaping.
-///
-/// The default stays the fixed [`TOPOLOGY_RECHECK`] tick: measured side by
-/// side (`cargo bench -p shardgate --bench sandbox_ready`, release, 2
-/// vCPUs), the adaptive look made a 3x1 cluster Ready 1.29x sooner but a
-/// 10x2 one 0.90x as fast at the median (each look reads all 30 nodes, and
-/// the operator's CPU competes with Valkey's); see docs/performance.md.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Measured side by side by `cargo bench -p shardgate --bench
+/// sandbox_ready`; see docs/performance.md.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Recheck {
-    /// [`TOPOLOGY_FIRST_RECHECK`] after a plan's steps ran, doubling while
-    /// there is nothing to do yet, at most [`TOPOLOGY_RECHECK`].
+    /// Poll the nodes' facts within the reconcile ([`poll`]) and look again
+    /// as soon as they, the Pods or the spec changed, at the latest after
+    /// [`TOPOLOGY_RECHECK`].
+    #[default]
     Adaptive,
     /// Always this long: one phase per tick.
     Fixed(Duration),
 }
 
-impl Default for Recheck {
-    fn default() -> Self {
-        Recheck::Fixed(TOPOLOGY_RECHECK)
-    }
-}
-
-/// When to look at a cluster again, and whether Valkey is reshaping.
+/// What a reconcile does before it ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Look {
-    after: Duration,
-    reshaping: bool,
+enum Next {
+    /// Poll the reshaping cluster for at most this long, then look again.
+    Poll(Duration),
+    /// Look again after this long.
+    After(Duration),
 }
 
-/// When to look at the cluster again. While Valkey is reshaping: soon after
-/// a plan's steps ran ([`TOPOLOGY_FIRST_RECHECK`]), then twice as long
-/// after each look that found nothing to do yet (`waited` of them in a
-/// row), at most [`TOPOLOGY_RECHECK`]; so each phase starts about as soon as
-/// Valkey allows, not on a fixed tick. Later while something else is
-/// pending, else at the resync.
+/// When to look at the cluster again. While Valkey is reshaping: by
+/// `recheck`, so each phase starts about as soon as Valkey allows. Later
+/// while something else is pending, else at the resync.
 fn next_look(
     outcome: &Outcome<'_>,
     reshaped: reshape::Reshaped,
     pending: bool,
-    waited: u32,
     recheck: Recheck,
-) -> Look {
+) -> Next {
     let forming = match outcome {
         Outcome::Reconciled { progress, .. } => {
             progress.formation.as_ref().is_some_and(|f| !f.formed)
@@ -223,17 +237,12 @@ fn next_look(
     };
     let reshaping =
         forming || reshaped.steps > 0 || reshaped.announce_spreading || reshaped.acl_waiting > 0;
-    let after = if let (true, Recheck::Fixed(every)) = (reshaping, recheck) {
-        every
-    } else if reshaping {
-        let doublings = if reshaped.steps > 0 { 0 } else { waited.min(8) };
-        (TOPOLOGY_FIRST_RECHECK * 2u32.pow(doublings)).min(TOPOLOGY_RECHECK)
-    } else if pending || reshaped.tls_reloaded > 0 {
-        PENDING_RECHECK
-    } else {
-        RESYNC
-    };
-    Look { after, reshaping }
+    match (reshaping, recheck) {
+        (true, Recheck::Fixed(every)) => Next::After(every),
+        (true, Recheck::Adaptive) => Next::Poll(TOPOLOGY_RECHECK),
+        _ if pending || reshaped.tls_reloaded > 0 => Next::After(PENDING_RECHECK),
+        _ => Next::After(RESYNC),
+    }
 }
 
 #[cfg(test)]
@@ -256,57 +265,88 @@ mod tests {
                 ..Progress::default()
             },
         };
-        let reshaped = |steps, announce_spreading| reshape::Reshaped {
+        let reshaped = |steps, announce_spreading, acl_waiting, tls_reloaded| reshape::Reshaped {
             steps,
             announce_spreading,
-            acl_waiting: 0,
-            tls_reloaded: 0,
+            acl_waiting,
+            tls_reloaded,
         };
-        let ms = Duration::from_millis;
-        // (formed, steps run, spreading, pending, looks that waited) => after
-        for (formed, steps, spreading, pending, waited, want) in [
-            (Some(false), 0, false, false, 0, ms(50)),
-            (Some(false), 0, false, false, 1, ms(100)),
-            (Some(false), 0, false, false, 3, ms(400)),
-            (Some(false), 0, false, false, 5, TOPOLOGY_RECHECK),
-            (Some(false), 0, false, false, 40, TOPOLOGY_RECHECK),
-            (Some(true), 2, false, true, 5, ms(50)),
-            (Some(true), 0, true, true, 2, ms(200)),
-            (Some(true), 0, false, true, 2, PENDING_RECHECK),
-            (None, 0, false, true, 0, PENDING_RECHECK),
-            (Some(true), 0, false, false, 0, RESYNC),
-            (None, 0, false, false, 0, RESYNC),
+        let poll = Next::Poll(TOPOLOGY_RECHECK);
+        let tick = Duration::from_millis(700);
+        // (formed, steps run, spreading, ACL waiting, TLS reloaded, pending)
+        // => adaptive, fixed
+        for (formed, steps, spreading, acl, tls, pending, adaptive, fixed) in [
+            (Some(false), 0, false, 0, 0, false, poll, Next::After(tick)),
+            (Some(true), 2, false, 0, 0, true, poll, Next::After(tick)),
+            (Some(true), 0, true, 0, 0, true, poll, Next::After(tick)),
+            (Some(true), 0, false, 1, 0, false, poll, Next::After(tick)),
+            (
+                Some(true),
+                0,
+                false,
+                0,
+                0,
+                true,
+                Next::After(PENDING_RECHECK),
+                Next::After(PENDING_RECHECK),
+            ),
+            // Nodes told to reload a renewed certificate whose files the
+            // kubelet may not have refreshed yet: looked at again while
+            // pending.
+            (
+                Some(true),
+                0,
+                false,
+                0,
+                2,
+                false,
+                Next::After(PENDING_RECHECK),
+                Next::After(PENDING_RECHECK),
+            ),
+            (
+                None,
+                0,
+                false,
+                0,
+                0,
+                true,
+                Next::After(PENDING_RECHECK),
+                Next::After(PENDING_RECHECK),
+            ),
+            (
+                Some(true),
+                0,
+                false,
+                0,
+                0,
+                false,
+                Next::After(RESYNC),
+                Next::After(RESYNC),
+            ),
+            (
+                None,
+                0,
+                false,
+                0,
+                0,
+                false,
+                Next::After(RESYNC),
+                Next::After(RESYNC),
+            ),
         ] {
-            let look = next_look(
-                &outcome(formed),
-                reshaped(steps, spreading),
-                pending,
-                waited,
-                Recheck::Adaptive,
+            let case = format!("{formed:?} {steps} {spreading} {acl} {tls} {pending}");
+            let r = reshaped(steps, spreading, acl, tls);
+            let o = outcome(formed);
+            assert_eq!(
+                next_look(&o, r, pending, Recheck::Adaptive),
+                adaptive,
+                "{case}"
             );
             assert_eq!(
-                look.after, want,
-                "{formed:?} {steps} {spreading} {pending} {waited}"
-            );
-            let fixed = Recheck::Fixed(TOPOLOGY_RECHECK);
-            let look = next_look(
-                &outcome(formed),
-                reshaped(steps, spreading),
-                pending,
-                0,
+                next_look(&o, r, pending, Recheck::Fixed(tick)),
                 fixed,
+                "{case}"
             );
-            if look.reshaping {
-                assert_eq!(look.after, TOPOLOGY_RECHECK, "fixed: one tick per phase");
-            }
         }
-        // Nodes told to reload a renewed certificate whose files the
-        // kubelet may not have refreshed yet: looked at again while pending.
-        let reloading = reshape::Reshaped {
-            tls_reloaded: 2,
-            ..reshaped(0, false)
-        };
-        let look = next_look(&outcome(Some(true)), reloading, false, 0, Recheck::Adaptive);
-        assert_eq!(look.after, PENDING_RECHECK);
     }
 }
