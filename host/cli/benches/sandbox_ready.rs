@@ -28,17 +28,20 @@
 //!   running), never timings.
 
 use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use serde_json::json;
+use shardgate_contract::auth;
 use shardgate_operator::Recheck;
 use shardgate_sandbox::server_binary;
 use shardgate_sandbox::stack::{Options, Sandbox};
 use shardgate_tests::bench::{Invocation, machine, max, median};
 use shardgate_tests::harness::{self, condition_true};
 use shardgate_tests::scratch::ScratchDir;
+use shardgate_valkey::client::{CLIENT_PORT, Dial, Facts, Login, NodeClient};
 
 const NAME: &str = "bench";
 const NAMESPACE: &str = harness::NS;
@@ -153,15 +156,7 @@ fn our_valkey_servers(work_dir: &Path) -> BTreeSet<u32> {
 async fn run_once(server: &Path, size: &Size) -> anyhow::Result<Run> {
     // Not created: the sandbox makes its work directory itself.
     let work = ScratchDir::unmade(&format!("bench-sandbox-{}", size.label().replace(' ', "-")));
-    let cluster = shardgate_k8s::manifest::parse_cluster(
-        &harness::cluster(
-            NAME,
-            size.shards as i32,
-            size.replicas as i32,
-            json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
-        )
-        .to_string(),
-    )?;
+    let cluster = cluster_of(size)?;
     let started = Instant::now();
     let options = Options {
         recheck: size.recheck,
@@ -258,6 +253,179 @@ async fn run_once(server: &Path, size: &Size) -> anyhow::Result<Run> {
         bail!("{}: {}", size.label(), problems.join("; "));
     }
     Ok(run)
+}
+
+/// The bench's cluster of `size`, reached through NodePorts.
+fn cluster_of(size: &Size) -> anyhow::Result<shardgate_k8s::crd::ValkeyCluster> {
+    let cluster = harness::cluster(
+        NAME,
+        size.shards as i32,
+        size.replicas as i32,
+        json!({"enabled": true, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
+    );
+    shardgate_k8s::manifest::parse_cluster(&cluster.to_string())
+}
+
+// ---- the floor -------------------------------------------------------------
+
+/// How often the floor's client looks at the nodes while it waits.
+const FLOOR_POLL: Duration = Duration::from_millis(10);
+
+/// The floor under a first formation: the same sandbox, its operator
+/// applying every object but never talking to Valkey, and this bench
+/// forming the cluster itself with the commands the operator's plan issues,
+/// back to back, as soon as what each waits for holds (looked at every
+/// 10 ms): every node meets the first node and each other; once every node
+/// knows the first, each primary gets its slots and meets every node again
+/// (so each learns the slots at once); each replica follows its primary
+/// once it knows it. Formed when every node says `cluster_state:ok` and
+/// every replica's initial sync is done. Timed from `Sandbox::start`, like
+/// the operator's runs.
+async fn floor_once(server: &Path, size: &Size) -> anyhow::Result<Duration> {
+    let work = ScratchDir::unmade(&format!("bench-floor-{}x{}", size.shards, size.replicas));
+    let cluster = cluster_of(size)?;
+    let started = Instant::now();
+    let options = Options {
+        manage_valkey: false,
+        ..Options::new(server.into(), work.path().into())
+    };
+    let sandbox = Sandbox::start(cluster, options)
+        .await
+        .context("starting the sandbox")?;
+    let formed = tokio::time::timeout(size.timeout, form(&sandbox, size, started)).await;
+    let pids = sandbox.kubelet().pids();
+    sandbox.shutdown().await;
+    let deadline = Instant::now() + GONE_TIMEOUT;
+    while pids.values().any(|&p| running(p)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    match formed {
+        Ok(formed) => formed,
+        Err(_) => bail!(
+            "floor {}x{}: not formed in {:?}",
+            size.shards,
+            size.replicas,
+            size.timeout
+        ),
+    }
+}
+
+/// One node the floor's client reaches.
+struct Reached {
+    ip: IpAddr,
+    client: NodeClient,
+    id: String,
+}
+
+/// Forms the sandbox's cluster as [`floor_once`] says; returns when it was
+/// formed, from `started`.
+async fn form(sandbox: &Sandbox, size: &Size, started: Instant) -> anyhow::Result<Duration> {
+    let system = format!("shardgate-{NAME}-system");
+    let password = loop {
+        if let Some(p) = sandbox.secret_value(&system, auth::OPERATOR_KEY) {
+            break p;
+        }
+        tokio::time::sleep(FLOOR_POLL).await;
+    };
+    let dial = Dial {
+        login: Some(Login {
+            username: auth::OPERATOR_USER.into(),
+            password,
+        }),
+        tls: None,
+        timeout: Duration::from_secs(2),
+    };
+    let places: Vec<(u32, u32)> = (0..size.shards)
+        .flat_map(|s| (0..=size.replicas).map(move |n| (s, n)))
+        .collect();
+    let mut nodes: Vec<Reached> = Vec::new();
+    for &(s, n) in &places {
+        let reached = loop {
+            if let Some(ip) = sandbox.pod_ip(s, n)
+                && let Ok(mut client) =
+                    NodeClient::dial(SocketAddr::new(ip, CLIENT_PORT), &dial).await
+                && let Ok(facts) = client.facts().await
+            {
+                break Reached {
+                    ip,
+                    client,
+                    id: facts.view.id,
+                };
+            }
+            tokio::time::sleep(FLOOR_POLL).await;
+        };
+        nodes.push(reached);
+    }
+    let index = |s: u32, n: u32| (s * (size.replicas + 1) + n) as usize;
+    // Every node meets the first node and each other.
+    for i in 1..nodes.len() {
+        let first = nodes[0].ip;
+        nodes[i].client.meet(first).await?;
+        for j in i + 1..nodes.len() {
+            let peer = nodes[j].ip;
+            nodes[i].client.meet(peer).await?;
+        }
+    }
+    // Once every node knows the first: slots, and each primary meets every
+    // node again.
+    let first = nodes[0].id.clone();
+    wait_all(&mut nodes, |i, f| i == 0 || knows(f, &first)).await?;
+    for (s, slots) in (0..size.shards).zip(shardgate_guest::topology::even_ranges(size.shards)) {
+        let p = index(s, 0);
+        nodes[p].client.add_slots(&[slots]).await?;
+        for j in 0..nodes.len() {
+            if j != p {
+                let peer = nodes[j].ip;
+                nodes[p].client.meet(peer).await?;
+            }
+        }
+    }
+    // Each replica follows its primary once it knows it.
+    let mut pending: Vec<(usize, usize)> = (0..size.shards)
+        .flat_map(|s| (1..=size.replicas).map(move |n| (index(s, n), index(s, 0))))
+        .collect();
+    while !pending.is_empty() {
+        let mut left = Vec::new();
+        for (r, p) in pending {
+            let primary = nodes[p].id.clone();
+            let facts = nodes[r].client.facts().await?;
+            if knows(&facts, &primary) {
+                nodes[r].client.replicate(&primary).await?;
+            } else {
+                left.push((r, p));
+            }
+        }
+        pending = left;
+        if !pending.is_empty() {
+            tokio::time::sleep(FLOOR_POLL).await;
+        }
+    }
+    wait_all(&mut nodes, |_, f| f.cluster_ok && f.synced).await?;
+    Ok(started.elapsed())
+}
+
+fn knows(facts: &Facts, id: &str) -> bool {
+    facts.view.peers.iter().any(|p| p.id == id)
+}
+
+/// Waits until `holds` for every node (by its index and facts).
+async fn wait_all(
+    nodes: &mut [Reached],
+    holds: impl Fn(usize, &Facts) -> bool,
+) -> anyhow::Result<()> {
+    loop {
+        let mut all = true;
+        for (i, n) in nodes.iter_mut().enumerate() {
+            if !holds(i, &n.client.facts().await?) {
+                all = false;
+                break;
+            }
+        }
+        if all {
+            return Ok(());
+        }
+        tokio::time::sleep(FLOOR_POLL).await;
+    }
 }
 
 // ---- the table -------------------------------------------------------------
@@ -391,15 +559,27 @@ fn main() -> anyhow::Result<()> {
 
     let started = Instant::now();
     let tokio = tokio::runtime::Runtime::new()?;
-    let results = tokio.block_on(async {
+    let (results, floors) = tokio.block_on(async {
         let mut results = Vec::new();
+        let mut floors = Vec::new();
         // One run at a time: every run uses the same addresses and ports.
         // Runs of the two looks alternate, so that the machine's noise
         // falls on both alike.
         for (size, beside) in sizes {
             let mut runs = Vec::new();
             let mut beside_runs = Vec::new();
+            let mut floor_runs = Vec::new();
             for i in 0..size.runs {
+                let floor = floor_once(&server, &size).await?;
+                println!(
+                    "{}x{} floor run {}/{}: formed in {:.2} s",
+                    size.shards,
+                    size.replicas,
+                    i + 1,
+                    size.runs,
+                    floor.as_secs_f64()
+                );
+                floor_runs.push(floor);
                 for (s, into) in std::iter::once((&size, &mut runs))
                     .chain(beside.as_ref().map(|b| (b, &mut beside_runs)))
                 {
@@ -419,8 +599,9 @@ fn main() -> anyhow::Result<()> {
             if let Some(b) = beside {
                 results.push((b, beside_runs));
             }
+            floors.push((size, floor_runs));
         }
-        anyhow::Ok(results)
+        anyhow::Ok((results, floors))
     })?;
 
     println!("\n## P5 sandbox time-to-ready (Sandbox::start -> wait_ready; seconds)\n");
@@ -450,6 +631,66 @@ fn main() -> anyhow::Result<()> {
                 median(&ready(b_runs)).as_secs_f64() / median(&ready(a_runs)).as_secs_f64(),
                 median(&status(b_runs)).as_secs_f64()
                     / median(&status(a_runs)).as_secs_f64().max(1e-9),
+            );
+        }
+    }
+    println!(
+        "\n## The floor: the same sandbox, the operator never talking to Valkey, this bench's \
+         client forming the cluster with the plan's commands back to back (Sandbox::start -> \
+         every node cluster_state:ok and every replica synced, looked at every {} ms)\n",
+        FLOOR_POLL.as_millis()
+    );
+    for (size, floor) in &floors {
+        println!(
+            "{}x{} floor: {} runs, median {:.2} s, max {:.2} s, min {:.2} s",
+            size.shards,
+            size.replicas,
+            floor.len(),
+            median(floor).as_secs_f64(),
+            max(floor).as_secs_f64(),
+            floor
+                .iter()
+                .min()
+                .copied()
+                .unwrap_or_default()
+                .as_secs_f64(),
+        );
+        for (s, runs) in results
+            .iter()
+            .filter(|(s, _)| s.shards == size.shards && s.replicas == size.replicas)
+        {
+            let status: Vec<Duration> = runs.iter().filter_map(|r| r.status_ready).collect();
+            if status.is_empty() {
+                continue;
+            }
+            println!(
+                "  {}: status Ready median / floor median = {:.2}x (goal <= 1.5x)",
+                s.label(),
+                median(&status).as_secs_f64() / median(floor).as_secs_f64().max(1e-9),
+            );
+        }
+    }
+    for (size, goal, at_max) in [(3, 1.5, false), (10, 3.0, true)] {
+        if let Some((s, runs)) = results
+            .iter()
+            .find(|(s, _)| s.shards == size && s.recheck == Recheck::Adaptive)
+        {
+            let ready: Vec<Duration> = runs.iter().map(|r| r.ready).collect();
+            let (what, got) = if at_max {
+                ("max", max(&ready))
+            } else {
+                ("median", median(&ready))
+            };
+            println!(
+                "goal {}x{} ready <= {goal} s at the {what}: {:.2} s ({})",
+                s.shards,
+                s.replicas,
+                got.as_secs_f64(),
+                if got.as_secs_f64() <= goal {
+                    "met"
+                } else {
+                    "NOT met"
+                },
             );
         }
     }

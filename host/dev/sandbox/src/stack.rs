@@ -65,6 +65,10 @@ pub struct Options {
     /// runs everything but the operator, and the caller runs it (in
     /// processes of its own, to kill them, say).
     pub operator: bool,
+    /// The operator talks to the Valkey nodes (the default). Off, it
+    /// applies every object but never forms the cluster: a bench forms it
+    /// itself, to measure the floor under the operator.
+    pub manage_valkey: bool,
 }
 
 impl Options {
@@ -83,6 +87,7 @@ impl Options {
             objects: Vec::new(),
             recheck: operator::Recheck::default(),
             operator: true,
+            manage_valkey: true,
         }
     }
 
@@ -317,7 +322,7 @@ impl Sandbox {
                     lease: None,
                     identity: "shardgate-sandbox".into(),
                     reconcile_all: Some(resync.clone()),
-                    manage_valkey: true,
+                    manage_valkey: options.manage_valkey,
                     debounce: operator::DEBOUNCE,
                     recheck: options.recheck,
                 },
