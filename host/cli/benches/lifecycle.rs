@@ -278,7 +278,8 @@ fn main() -> anyhow::Result<()> {
 
     println!(
         "\n## Lifecycle operations on a live 3x1 cluster with {keys} keys (spec change -> status \
-         Ready for the new generation, looked at every {} ms; floor looked at every {} ms)\n",
+         Ready and not Progressing for the new generation, looked at every {} ms; floor looked \
+         at every {} ms)\n",
         POLL.as_millis(),
         FLOOR_POLL.as_millis()
     );
