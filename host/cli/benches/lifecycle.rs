@@ -6,8 +6,9 @@
 //! this order:
 //!
 //! 1. scale-out to 4 shards (the slot moves are Valkey's own work);
-//! 2. a rolling restart (an image change: each pod restarts, primaries
-//!    after handing over to their replica);
+//! 2. a rolling restart of the 4x1 cluster that leaves (an image change:
+//!    each of the 8 pods restarts, primaries after handing over to their
+//!    replica);
 //! 3. external access disabled, then 4. enabled again (announce settings
 //!    changed live, Services pruned and made again).
 //!
@@ -277,7 +278,7 @@ fn main() -> anyhow::Result<()> {
     })?;
 
     println!(
-        "\n## Lifecycle operations on a live 3x1 cluster with {keys} keys (spec change -> status \
+        "\n## Lifecycle operations on a live cluster with {keys} keys, 3x1 then 4x1 (spec change -> status \
          Ready and not Progressing for the new generation, looked at every {} ms; floor looked \
          at every {} ms)\n",
         POLL.as_millis(),
