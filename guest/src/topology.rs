@@ -661,13 +661,26 @@ fn forget(view: &View<'_>, pods: &[ObservedPod]) -> Phase {
             ids.insert(&f.id);
         }
     }
-    // A failed ID held by no node of ours is a ghost (a pod that came back
-    // with a new ID, a removed replica), but only when every pod answered:
-    // an unanswering node may be the one holding it.
+    // An ID held by no node of ours is a ghost (a pod that came back with a
+    // new ID, a removed replica) once Valkey flags it failed. A restarted
+    // pod's old ID is flagged failed only `cluster-node-timeout` later, and
+    // a rolling restart would wait that long per pod; so it goes sooner
+    // when it cannot be a primary whose replica Valkey must still promote
+    // (which needs the failed flag): no node of ours has a live link to
+    // it, none follows it, and nodes of ours serve every slot. Only when
+    // every pod answered: an unanswering node may be the one holding it.
     let every_pod_answered = pods.iter().all(|p| view.get(p.shard, p.node).is_some());
+    let served_by_us = view.owned_slots() == SLOTS as usize;
+    let gone_quietly = |id: &str| {
+        served_by_us
+            && !view.facts.iter().any(|f| f.primary.as_deref() == Some(id))
+            && !view
+                .desired()
+                .any(|d| d.peers.iter().any(|q| q.id == id && q.linked))
+    };
     if view.missing().is_empty() && every_pod_answered {
         for d in view.desired() {
-            for p in d.peers.iter().filter(|p| p.failed) {
+            for p in d.peers.iter().filter(|p| p.failed || gone_quietly(&p.id)) {
                 if view.by_id(&p.id).is_none() {
                     ids.insert(&p.id);
                 }
@@ -1240,13 +1253,15 @@ mod tests {
         let mut facts: Vec<ValkeyNode> = (0..2).map(|s| fact(s, 0)).collect();
         converge(2, 1, &mut facts);
         assert!(plan(shape(2, 1), &pods(&facts), Some(&facts)).formed);
-        // A pod came back with a new ID: the old one is disconnected, not
-        // yet flagged failed. Nothing to forget yet, and not formed.
-        facts[1].peers.push(Peer {
+        // A pod came back with a new ID, and a node of ours still has a
+        // live link to the old one: nothing to forget yet, and not formed.
+        let gone = |linked| Peer {
             id: "gone".into(),
             failed: false,
-            linked: false,
-        });
+            linked,
+        };
+        facts[1].peers.push(gone(false));
+        facts[0].peers.push(gone(true));
         let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
         assert!(t.steps.is_empty(), "{:?}", t.steps);
         assert!(!t.formed);
@@ -1255,10 +1270,35 @@ mod tests {
             "{}",
             t.waiting
         );
-        // Flagged failed: forgotten, then formed.
+        // No live link to it left: forgotten at once, before Valkey flags
+        // it failed (`cluster-node-timeout` later).
+        facts[0].peers.last_mut().unwrap().linked = false;
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
+        assert_eq!(t.steps, vec![Step::Forget("gone".into())]);
+        // But not while it may be a primary Valkey must still fail over:
+        // a node of ours follows it, or some slots have no owner of ours.
+        facts[1].primary = Some("gone".into());
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
+        assert!(
+            !t.steps.contains(&Step::Forget("gone".into())),
+            "{:?}",
+            t.steps
+        );
+        facts[1].primary = None;
+        let held = std::mem::take(&mut facts[1].slots);
+        let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
+        assert!(
+            !t.steps.contains(&Step::Forget("gone".into())),
+            "{:?}",
+            t.steps
+        );
+        facts[1].slots = held;
+        // Flagged failed, though still linked somewhere: forgotten too.
+        facts[0].peers.last_mut().unwrap().linked = true;
         facts[1].peers.last_mut().unwrap().failed = true;
         let t = plan(shape(2, 1), &pods(&facts), Some(&facts));
         assert_eq!(t.steps, vec![Step::Forget("gone".into())]);
+        facts[0].peers.pop();
         facts[1].peers.pop();
         assert!(plan(shape(2, 1), &pods(&facts), Some(&facts)).formed);
     }
