@@ -271,69 +271,28 @@ mod tests {
             acl_waiting,
             tls_reloaded,
         };
-        let poll = Next::Poll(TOPOLOGY_RECHECK);
         let tick = Duration::from_millis(700);
+        let later = Next::After(PENDING_RECHECK);
+        let resync = Next::After(RESYNC);
         // (formed, steps run, spreading, ACL waiting, TLS reloaded, pending)
-        // => adaptive, fixed
-        for (formed, steps, spreading, acl, tls, pending, adaptive, fixed) in [
-            (Some(false), 0, false, 0, 0, false, poll, Next::After(tick)),
-            (Some(true), 2, false, 0, 0, true, poll, Next::After(tick)),
-            (Some(true), 0, true, 0, 0, true, poll, Next::After(tick)),
-            (Some(true), 0, false, 1, 0, false, poll, Next::After(tick)),
-            (
-                Some(true),
-                0,
-                false,
-                0,
-                0,
-                true,
-                Next::After(PENDING_RECHECK),
-                Next::After(PENDING_RECHECK),
-            ),
+        // => what follows, `None` while reshaping: a poll when adaptive,
+        // the tick when fixed.
+        for (formed, steps, spreading, acl, tls, pending, want) in [
+            (Some(false), 0, false, 0, 0, false, None),
+            (Some(true), 2, false, 0, 0, true, None),
+            (Some(true), 0, true, 0, 0, true, None),
+            (Some(true), 0, false, 1, 0, false, None),
+            (Some(true), 0, false, 0, 0, true, Some(later)),
             // Nodes told to reload a renewed certificate whose files the
             // kubelet may not have refreshed yet: looked at again while
             // pending.
-            (
-                Some(true),
-                0,
-                false,
-                0,
-                2,
-                false,
-                Next::After(PENDING_RECHECK),
-                Next::After(PENDING_RECHECK),
-            ),
-            (
-                None,
-                0,
-                false,
-                0,
-                0,
-                true,
-                Next::After(PENDING_RECHECK),
-                Next::After(PENDING_RECHECK),
-            ),
-            (
-                Some(true),
-                0,
-                false,
-                0,
-                0,
-                false,
-                Next::After(RESYNC),
-                Next::After(RESYNC),
-            ),
-            (
-                None,
-                0,
-                false,
-                0,
-                0,
-                false,
-                Next::After(RESYNC),
-                Next::After(RESYNC),
-            ),
+            (Some(true), 0, false, 0, 2, false, Some(later)),
+            (None, 0, false, 0, 0, true, Some(later)),
+            (Some(true), 0, false, 0, 0, false, Some(resync)),
+            (None, 0, false, 0, 0, false, Some(resync)),
         ] {
+            let adaptive = want.unwrap_or(Next::Poll(TOPOLOGY_RECHECK));
+            let fixed = want.unwrap_or(Next::After(tick));
             let case = format!("{formed:?} {steps} {spreading} {acl} {tls} {pending}");
             let r = reshaped(steps, spreading, acl, tls);
             let o = outcome(formed);
