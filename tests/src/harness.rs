@@ -184,6 +184,7 @@ impl Operator {
             // Every trigger reconciles: the tests count reconciles.
             debounce: Duration::ZERO,
             recheck: Default::default(),
+            apply_shortcuts: true,
         };
         let shutdown = async {
             let _ = stopped.await;

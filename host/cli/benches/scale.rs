@@ -163,7 +163,8 @@ struct Operator {
 }
 
 impl Operator {
-    fn start(kubeconfig: &Path) -> Operator {
+    /// Starts `shardgate run` with `extra` arguments.
+    fn start(kubeconfig: &Path, extra: &[&str]) -> Operator {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -182,6 +183,7 @@ impl Operator {
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--listen", &metrics])
+            .args(extra)
             .args(
                 (!wrapper.is_empty())
                     .then_some("--wasm-pooling=false")
@@ -330,18 +332,20 @@ fn timeout(n: usize) -> Duration {
     Duration::from_secs(secs)
 }
 
-/// Runs one phase: start an operator and wait until `done`.
+/// Runs one phase: start an operator (with `extra` arguments) and wait
+/// until `done`.
 async fn phase(
     emu: &Emulator,
     kubeconfig: &Path,
     clusters: usize,
     name: &'static str,
+    extra: &[&str],
     done: impl Fn(&Emulator, &Operator) -> bool,
 ) -> (Row, Operator) {
     emu.reset_counts();
     let started = Instant::now();
     let api_cpu_before = own_cpu_seconds();
-    let op = Operator::start(kubeconfig);
+    let op = Operator::start(kubeconfig, extra);
     let deadline = started + timeout(clusters);
     loop {
         if done(emu, &op) || Instant::now() > deadline {
@@ -399,7 +403,24 @@ async fn size(n: usize, dir: &Path) -> Size {
     emu.write_kubeconfig(&kubeconfig)
         .expect("kubeconfig written");
 
-    let (first, op) = phase(&emu, &kubeconfig, n, "first start", |emu, _| {
+    // The same first start with the apply shortcuts off, side by side, on
+    // its own emulator: what they save.
+    let plain = {
+        let emu = emulator(n).await;
+        let kubeconfig = dir.join(format!("kubeconfig-{n}-plain"));
+        emu.write_kubeconfig(&kubeconfig)
+            .expect("kubeconfig written");
+        let off = ["--apply-shortcuts=false"];
+        let (plain, op) = phase(&emu, &kubeconfig, n, "first, plain", &off, |emu, _| {
+            converged_count(emu) == n
+        })
+        .await;
+        plain.print();
+        op.stop();
+        emu.shutdown().await;
+        plain
+    };
+    let (first, op) = phase(&emu, &kubeconfig, n, "first start", &[], |emu, _| {
         converged_count(emu) == n
     })
     .await;
@@ -420,13 +441,14 @@ async fn size(n: usize, dir: &Path) -> Size {
         first_start_seconds: first.seconds,
         first_start_cpu_seconds: first.cpu_seconds + first.api_cpu_seconds,
         first_start_operator_cpu_seconds: first.cpu_seconds,
+        plain_operator_cpu_seconds: plain.cpu_seconds,
     };
     floor.print();
     let restart_floor = restart_floor::run(&emu, cpu_seconds_of)
         .await
         .expect("the restart floor lists and reads the converged state");
 
-    let (restart, op) = phase(&emu, &kubeconfig, n, "restart", |_, op| {
+    let (restart, op) = phase(&emu, &kubeconfig, n, "restart", &[], |_, op| {
         op.metric("shardgate_reconcile_duration_seconds_count") >= n as f64
     })
     .await;
@@ -459,7 +481,7 @@ async fn size(n: usize, dir: &Path) -> Size {
     op.stop();
     emu.shutdown().await;
     Size {
-        rows: vec![first, restart],
+        rows: vec![plain, first, restart],
         floor,
         restart_floor,
         edits,
@@ -474,7 +496,7 @@ async fn idle_edits(dir: &Path) -> Vec<edits::Latencies> {
     let kubeconfig: PathBuf = dir.join("kubeconfig-idle");
     emu.write_kubeconfig(&kubeconfig)
         .expect("kubeconfig written");
-    let (first, op) = phase(&emu, &kubeconfig, 1, "idle start", |emu, _| {
+    let (first, op) = phase(&emu, &kubeconfig, 1, "idle start", &[], |emu, _| {
         converged_count(emu) == 1
     })
     .await;
@@ -515,6 +537,9 @@ struct FloorRow {
     /// The operator's and the emulator's CPU in the first start.
     first_start_cpu_seconds: f64,
     first_start_operator_cpu_seconds: f64,
+    /// The operator's CPU in the same first start with the apply shortcuts
+    /// off.
+    plain_operator_cpu_seconds: f64,
 }
 
 impl FloorRow {
@@ -685,9 +710,10 @@ async fn main() {
     println!();
     println!("headline (issue 23), each size side by side in this run:");
     println!(
-        "{:>8} {:>44} {:>46} {:>44}",
+        "{:>8} {:>44} {:>26} {:>46} {:>44}",
         "clusters",
         "first start op cpu / floor client (goal<=1.5x)",
+        "same, apply shortcuts off",
         "restart op cpu / restart floor client (<=1.5x)",
         "peak MiB first start / restart (goal<=150)"
     );
@@ -698,9 +724,10 @@ async fn main() {
                 .map_or(0.0, |r| r.peak_rss_mib)
         };
         println!(
-            "{:>8} {:>43.2}x {:>45.2}x {:>44}",
+            "{:>8} {:>43.2}x {:>25.2}x {:>45.2}x {:>44}",
             f.clusters,
             f.first_start_operator_cpu_seconds / f.floor.client_cpu_seconds(),
+            f.plain_operator_cpu_seconds / f.floor.client_cpu_seconds(),
             rf.ratio(),
             format!("{:.1} / {:.1}", peak("first start"), peak("restart")),
         );

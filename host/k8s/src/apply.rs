@@ -8,13 +8,22 @@
 //! (shardgate has no apply entry in its managed fields) is compared whole.
 //! Fields other managers add are left alone, so at steady state a reconcile
 //! sends no write.
+//!
+//! Two things keep a reconcile that wants what it wanted before cheap:
+//! - [`Recent`] keeps, per object, a keyed fingerprint of the desired object
+//!   with the hash and digest it led to, so the same desired object is not
+//!   turned into JSON, hashed and digested again ([`Known`]);
+//! - names missing from the cache are looked up with one metadata list per
+//!   kind and namespace ([`Taken`]) when a reconcile is about to create
+//!   several, not with a GET each.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::NamespaceResourceScope;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
@@ -36,17 +45,50 @@ pub enum Applied {
     Conflict,
 }
 
-/// What this process applied and its cache has not shown yet.
+/// What this process applied and its cache has not shown yet, and what it
+/// knows of the objects it applies.
 ///
 /// Right after an apply the cache still holds the old object (or
 /// none): a reconcile that runs before the watch event arrives would apply
 /// the same thing again. Each entry lives until the store shows the applied
 /// hash, or for [`Recent::TTL`] at most (so a delete that races the watch is
 /// repaired by a later reconcile).
-#[derive(Default)]
 pub struct Recent {
     entries: Mutex<Entries>,
+    /// Whether [`Known`] forms are kept and [`Taken`] lists are made.
+    shortcuts: bool,
+    /// Per object (by its key's hash), what its last desired form led to.
+    known: Mutex<HashMap<u64, Known>>,
+    /// The key of the fingerprints: random per process, so no spec can be
+    /// written to collide with another.
+    seed: RandomState,
 }
+
+impl Default for Recent {
+    fn default() -> Self {
+        Recent {
+            entries: Mutex::default(),
+            shortcuts: true,
+            known: Mutex::default(),
+            seed: RandomState::new(),
+        }
+    }
+}
+
+/// What one desired form of an object led to: its applied hash and, once
+/// it was needed, its owned-fields digest (both in their hex form).
+#[derive(Clone, Copy)]
+struct Known {
+    /// The keyed fingerprint of the desired object's JSON (with its kind).
+    fingerprint: u64,
+    hash: [u8; HASH_HEX],
+    digest: Option<[u8; DIGEST_HEX]>,
+}
+
+/// Hex digits of an applied hash (12 bytes) and of an owned-fields digest
+/// (16 bytes).
+const HASH_HEX: usize = 24;
+const DIGEST_HEX: usize = 32;
 
 #[derive(Default)]
 struct Entries {
@@ -72,6 +114,22 @@ impl Recent {
     /// bound an arbitrary entry gives way, and the object it belonged to,
     /// if it still exists, costs one more no-op apply to be accepted again.
     pub const ACCEPTED_MAX: usize = 4096;
+    /// At most this many objects' [`Known`] forms are kept (about 80 bytes
+    /// each); past it they are all dropped, and each object costs one
+    /// serialisation to be known again. Objects of deleted clusters leave
+    /// theirs behind until then.
+    pub const KNOWN_MAX: usize = 1 << 18;
+
+    /// A `Recent` that keeps no [`Known`] forms and never lists names
+    /// ([`Taken::list_if_many`] answers `None`): each apply serialises,
+    /// hashes and digests its object, and each missing name is looked up
+    /// with a GET. Only to measure what the shortcuts save.
+    pub fn without_shortcuts() -> Self {
+        Recent {
+            shortcuts: false,
+            ..Recent::default()
+        }
+    }
 
     pub(crate) fn key(resource: &ApiResource, namespace: &str, name: &str) -> String {
         format!("{}/{namespace}/{name}", resource.plural)
@@ -144,6 +202,129 @@ impl Recent {
         let mut entries = self.entries.lock().unwrap();
         entries.by_key.remove(key);
         entries.accepted.remove(key);
+        drop(entries);
+        let slot = self.slot(key);
+        self.known.lock().unwrap().remove(&slot);
+    }
+
+    fn slot(&self, key: &str) -> u64 {
+        self.seed.hash_one(key)
+    }
+
+    /// The keyed fingerprint of `desired` as `resource` would apply it.
+    fn fingerprint(&self, resource: &ApiResource, desired: &impl Serialize) -> u64 {
+        let mut hasher = self.seed.build_hasher();
+        hasher.write(resource.api_version.as_bytes());
+        hasher.write_u8(0);
+        hasher.write(resource.kind.as_bytes());
+        hasher.write_u8(0);
+        serde_json::to_writer(HashWriter(&mut hasher), desired).expect("objects serialize");
+        hasher.finish()
+    }
+
+    /// What the desired form with `fingerprint` led to, if it is the one
+    /// last seen for the object at `slot`.
+    fn known(&self, slot: u64, fingerprint: u64) -> Option<Known> {
+        let known = self.known.lock().unwrap();
+        known
+            .get(&slot)
+            .filter(|k| k.fingerprint == fingerprint)
+            .copied()
+    }
+
+    fn remember(&self, slot: u64, known: Known) {
+        if !self.shortcuts {
+            return;
+        }
+        let mut all = self.known.lock().unwrap();
+        if all.len() >= Self::KNOWN_MAX && !all.contains_key(&slot) {
+            all.clear();
+        }
+        all.insert(slot, known);
+    }
+}
+
+/// Feeds JSON into a hasher as it is written.
+struct HashWriter<'a, H>(&'a mut H);
+
+impl<H: Hasher> std::io::Write for HashWriter<'_, H> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Which names of one kind in one namespace are taken, and by whose
+/// controller: read with one metadata list, for a reconcile about to create
+/// several objects of that kind ([`Taken::list_if_many`]).
+#[derive(Debug, Default)]
+pub struct Taken {
+    /// Name -> the UID of its controller, if any.
+    holders: HashMap<String, Option<String>>,
+}
+
+impl Taken {
+    /// From this many missing objects of one kind on, one list is cheaper
+    /// than a GET each.
+    pub const LIST_FROM: usize = 3;
+    /// Names per page of the list.
+    const PAGE: u32 = 500;
+
+    /// The names of `resource` taken in `namespace`, listed when at least
+    /// [`Taken::LIST_FROM`] of `names` are neither in `store` nor applied by
+    /// this process lately (each of those would otherwise be looked up
+    /// with a GET); `None` otherwise.
+    pub async fn list_if_many<C: Entry>(
+        client: &kube::Client,
+        store: &Cache<C>,
+        recent: &Recent,
+        resource: &ApiResource,
+        namespace: &str,
+        names: &[String],
+    ) -> kube::Result<Option<Taken>> {
+        let missing = names
+            .iter()
+            .filter(|name| {
+                store.get(namespace, name).is_none()
+                    && !recent.applied(&Recent::key(resource, namespace, name))
+            })
+            .take(Self::LIST_FROM)
+            .count();
+        if missing < Self::LIST_FROM || !recent.shortcuts {
+            return Ok(None);
+        }
+        Self::list(client, resource, namespace).await.map(Some)
+    }
+
+    /// Every name of `resource` in `namespace`, page by page.
+    pub async fn list(
+        client: &kube::Client,
+        resource: &ApiResource,
+        namespace: &str,
+    ) -> kube::Result<Taken> {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+        let mut holders = HashMap::new();
+        let mut params = ListParams::default().limit(Self::PAGE);
+        loop {
+            let page = api.list_metadata(&params).await?;
+            for item in page.items {
+                let uid = controller_uid(item.owner_references());
+                holders.insert(item.name_any(), uid);
+            }
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params = params.continue_token(&token),
+                _ => break,
+            }
+        }
+        Ok(Taken { holders })
+    }
+
+    /// `None` if `name` is free, else its controller's UID (if any).
+    fn holder(&self, name: &str) -> Option<Option<&str>> {
+        self.holders.get(name).map(Option::as_deref)
     }
 }
 
@@ -151,19 +332,27 @@ impl Recent {
 /// this process just applied it and the store has not caught up), and never
 /// to an object that the desired object's controller does not control: an
 /// object of that name that is not in the cache (the cache holds only
-/// objects shardgate labelled) is looked up first.
+/// objects shardgate labelled) is looked up first, in `taken` when given,
+/// else with a GET.
 pub async fn apply<K, C>(
     client: &kube::Client,
     store: &Cache<C>,
     recent: &Recent,
     desired: &K,
+    taken: Option<&Taken>,
 ) -> kube::Result<Applied>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize,
     C: Entry,
 {
-    let body = serde_json::to_value(desired).expect("k8s objects serialize");
-    apply_value(client, store, recent, &ApiResource::erase::<K>(&()), body).await
+    let meta = desired.meta();
+    let target = Target {
+        resource: &ApiResource::erase::<K>(&()),
+        name: meta.name.as_deref().unwrap_or_default(),
+        namespace: meta.namespace.as_deref().unwrap_or_default(),
+        owner: controller_uid(desired.owner_references()),
+    };
+    apply_to(client, store, recent, &target, desired, taken).await
 }
 
 /// [`apply`] for an object of a kind known only at run time (the Gateway
@@ -174,26 +363,88 @@ pub async fn apply_value<C: Entry>(
     store: &Cache<C>,
     recent: &Recent,
     resource: &ApiResource,
-    mut body: Value,
+    body: &Value,
+    taken: Option<&Taken>,
 ) -> kube::Result<Applied> {
     let meta = &body["metadata"];
-    let name = meta["name"].as_str().unwrap_or_default().to_string();
-    let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
-    let owner = controller_uid_of(&meta["ownerReferences"]);
+    let target = Target {
+        resource,
+        name: meta["name"].as_str().unwrap_or_default(),
+        namespace: meta["namespace"].as_str().unwrap_or_default(),
+        owner: controller_uid_of(&meta["ownerReferences"]),
+    };
+    apply_to(client, store, recent, &target, body, taken).await
+}
+
+/// The object an apply is for.
+struct Target<'a> {
+    resource: &'a ApiResource,
+    name: &'a str,
+    namespace: &'a str,
+    /// The UID of the desired object's controller.
+    owner: Option<String>,
+}
+
+/// The desired object as it is sent: its JSON with `apiVersion`, `kind`
+/// and the [`APPLIED_HASH`] annotation, and that hash (taken before the
+/// annotation was added).
+fn body_of(resource: &ApiResource, desired: &impl Serialize) -> (Value, String) {
+    let mut body = serde_json::to_value(desired).expect("k8s objects serialize");
     body["apiVersion"] = resource.api_version.clone().into();
     body["kind"] = resource.kind.clone().into();
     let hash = hash(&body);
     body["metadata"]["annotations"][APPLIED_HASH] = hash.clone().into();
+    (body, hash)
+}
 
-    let live = store.get(&namespace, &name);
-    let key = Recent::key(resource, &namespace, &name);
+async fn apply_to<C: Entry>(
+    client: &kube::Client,
+    store: &Cache<C>,
+    recent: &Recent,
+    target: &Target<'_>,
+    desired: &impl Serialize,
+    taken: Option<&Taken>,
+) -> kube::Result<Applied> {
+    let Target {
+        resource,
+        name,
+        namespace,
+        ..
+    } = *target;
+    let owner = target.owner.as_deref();
+    let key = Recent::key(resource, namespace, name);
+    let slot = recent.slot(&key);
+    let fingerprint = recent.fingerprint(resource, desired);
+    // The JSON is built only when something needs it: a hash or digest not
+    // known yet, or a write.
+    let mut body = None;
+    let known = recent.known(slot, fingerprint).unwrap_or_else(|| {
+        let (json, hash) = body_of(resource, desired);
+        body = Some(json);
+        Known {
+            fingerprint,
+            hash: hex_array(&hash),
+            digest: None,
+        }
+    });
+    let hash = std::str::from_utf8(&known.hash).expect("hex");
+
+    let live = store.get(namespace, name);
     match &live {
-        Some(live) if live.controller_uid() != owner.as_deref() => return Ok(Applied::Conflict),
+        Some(live) if live.controller_uid() != owner => return Ok(Applied::Conflict),
         None if !recent.applied(&key) => {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), &namespace, resource);
-            if let Some(existing) = api.get_opt(&name).await?
-                && controller_uid(existing.owner_references()) != owner
+            let holder = match taken {
+                Some(taken) => taken.holder(name).map(|uid| uid.map(String::from)),
+                None => {
+                    let api: Api<DynamicObject> =
+                        Api::namespaced_with(client.clone(), namespace, resource);
+                    api.get_metadata_opt(name)
+                        .await?
+                        .map(|existing| controller_uid(existing.owner_references()))
+                }
+            };
+            if let Some(uid) = holder
+                && uid.as_deref() != owner
             {
                 return Ok(Applied::Conflict);
             }
@@ -205,29 +456,53 @@ pub async fn apply_value<C: Entry>(
     // hash (so it is only drift that would make it differ).
     let mut repair = None;
     if let Some(live) = &live
-        && live_hash == Some(hash.as_str())
+        && live_hash == Some(hash)
     {
         recent.seen(&key);
         let in_place = match live.owned_digest() {
             Some(have) => {
-                let want = owned_fields::digest(&body);
-                let in_place = have == want || recent.accepted(&key, &hash, have);
+                let want = match known.digest {
+                    Some(digest) => digest,
+                    None => {
+                        let json = body.get_or_insert_with(|| body_of(resource, desired).0);
+                        let digest = hex_array(&owned_fields::digest(json));
+                        recent.remember(
+                            slot,
+                            Known {
+                                digest: Some(digest),
+                                ..known
+                            },
+                        );
+                        digest
+                    }
+                };
+                let want = std::str::from_utf8(&want).expect("hex").to_string();
+                let in_place = have == want || recent.accepted(&key, hash, have);
                 repair = Some(want);
                 in_place
             }
             // Cached without a digest: compared whole (the cache keeps
             // such objects whole).
-            None => live.whole().is_some_and(|have| contains(&have, &body)),
+            None => {
+                let json = body.get_or_insert_with(|| body_of(resource, desired).0);
+                live.whole().is_some_and(|have| contains(&have, json))
+            }
         };
         if in_place {
             return Ok(Applied::Unchanged);
         }
-    } else if recent.pending(&key, &hash) {
-        return Ok(Applied::Unchanged);
+    } else {
+        if known.digest.is_none() {
+            recent.remember(slot, known);
+        }
+        if recent.pending(&key, hash) {
+            return Ok(Applied::Unchanged);
+        }
     }
-    let request = kube::core::Request::new(DynamicObject::url_path(resource, Some(&namespace)))
+    let body = body.unwrap_or_else(|| body_of(resource, desired).0);
+    let request = kube::core::Request::new(DynamicObject::url_path(resource, Some(namespace)))
         .patch(
-            &name,
+            name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&body),
         )
@@ -242,7 +517,7 @@ pub async fn apply_value<C: Entry>(
             if let Some(have) = owned_fields::live_digest_of_json(&answer)
                 && have != want
             {
-                recent.accept(&key, &hash, have);
+                recent.accept(&key, hash, have);
             }
         }
         // The API server answers with the whole object, managed fields
@@ -252,12 +527,21 @@ pub async fn apply_value<C: Entry>(
             client.request::<IgnoredAny>(request).await?;
         }
     }
-    recent.record(key, hash);
+    recent.record(key, hash.to_string());
     Ok(if live.is_some() {
         Applied::Updated
     } else {
         Applied::Created
     })
+}
+
+/// A hex string of a known length as an array (a shorter one is padded
+/// with zeros, which never equal a hex digit).
+fn hex_array<const N: usize>(hex: &str) -> [u8; N] {
+    let mut out = [0; N];
+    let n = hex.len().min(N);
+    out[..n].copy_from_slice(&hex.as_bytes()[..n]);
+    out
 }
 
 /// The UID in the JSON owner references marked `controller`.
@@ -298,8 +582,48 @@ pub fn contains(have: &Value, want: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{Recent, contains, hash};
+    use super::{Known, Recent, contains, hash};
+    use k8s_openapi::api::core::v1::{ConfigMap, Service};
+    use kube::api::ApiResource;
     use serde_json::json;
+
+    #[test]
+    fn a_known_form_is_the_one_with_the_same_fingerprint_of_the_same_kind() {
+        let recent = Recent::default();
+        let (svc, cm) = (
+            ApiResource::erase::<Service>(&()),
+            ApiResource::erase::<ConfigMap>(&()),
+        );
+        let v = json!({"metadata": {"name": "a"}, "data": {"k": "v"}});
+        let changed = json!({"metadata": {"name": "a"}, "data": {"k": "w"}});
+        let fp = recent.fingerprint(&cm, &v);
+        assert_eq!(fp, recent.fingerprint(&cm, &v.clone()));
+        assert_ne!(fp, recent.fingerprint(&cm, &changed));
+        assert_ne!(fp, recent.fingerprint(&svc, &v));
+
+        let slot = recent.slot("configmaps/ns/a");
+        let known = Known {
+            fingerprint: fp,
+            hash: [b'a'; 24],
+            digest: None,
+        };
+        recent.remember(slot, known);
+        assert!(recent.known(slot, fp).is_some());
+        assert!(recent.known(slot, fp ^ 1).is_none(), "another form");
+        recent.forget("configmaps/ns/a");
+        assert!(
+            recent.known(slot, fp).is_none(),
+            "forgotten with its object"
+        );
+
+        let off = Recent::without_shortcuts();
+        let slot = off.slot("configmaps/ns/a");
+        off.remember(slot, known);
+        assert!(
+            off.known(slot, fp).is_none(),
+            "nothing is kept without shortcuts"
+        );
+    }
 
     /// The hash is stored in every applied object: an upgraded operator
     /// that hashed differently would re-apply every object once. It must

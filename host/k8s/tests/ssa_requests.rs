@@ -1,7 +1,7 @@
 //! The exact requests the applier sends, pinned with tower-test mocks: an
-//! object the cache does not hold is looked up first (never taken over), a
-//! server-side apply carries the field manager and `force`, and an object
-//! already in place causes no request at all.
+//! object the cache does not hold is looked up first (never taken over; one
+//! list for several), a server-side apply carries the field manager and
+//! `force`, and an object already in place causes no request at all.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use http::{Request, Response};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use kube::client::Body;
 use kube::runtime::watcher;
-use shardgate_k8s::apply::{self, Applied, Recent};
+use shardgate_k8s::apply::{self, Applied, Recent, Taken};
 use shardgate_k8s::cache::Cache;
 use shardgate_k8s::cache::entry::{self as cached, CachedService, Entry};
 use shardgate_k8s::manager::APPLIED_HASH;
@@ -93,7 +93,7 @@ async fn sent_apply() -> serde_json::Value {
         send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
         serde_json::from_slice::<serde_json::Value>(&body).unwrap()
     });
-    apply::apply(&client, &empty, &Recent::default(), &service())
+    apply::apply(&client, &empty, &Recent::default(), &service(), None)
         .await
         .unwrap();
     capture.await.unwrap()
@@ -129,7 +129,7 @@ async fn apply_sends_one_forced_server_side_apply_with_our_field_manager() {
         // Nothing else is sent.
         nothing_sent(&mut handle, 200).await;
     });
-    let result = apply::apply(&client, &store, &recent, &service())
+    let result = apply::apply(&client, &store, &recent, &service(), None)
         .await
         .unwrap();
     assert_eq!(result, Applied::Created);
@@ -155,7 +155,7 @@ async fn an_object_already_in_place_sends_nothing() {
     store.apply(watcher::Event::Apply(cached::service(live.clone())));
 
     assert_eq!(
-        apply::apply(&client, &store, &recent, &service())
+        apply::apply(&client, &store, &recent, &service(), None)
             .await
             .unwrap(),
         Applied::Unchanged
@@ -173,7 +173,7 @@ async fn an_object_already_in_place_sends_nothing() {
         send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
     });
     assert_eq!(
-        apply::apply(&client, &store, &recent, &service())
+        apply::apply(&client, &store, &recent, &service(), None)
             .await
             .unwrap(),
         Applied::Updated
@@ -196,13 +196,13 @@ async fn an_apply_the_cache_has_not_shown_yet_is_not_sent_twice() {
         nothing_sent(&mut handle, 200).await;
     });
     assert_eq!(
-        apply::apply(&client, &store, &recent, &service())
+        apply::apply(&client, &store, &recent, &service(), None)
             .await
             .unwrap(),
         Applied::Created
     );
     assert_eq!(
-        apply::apply(&client, &store, &recent, &service())
+        apply::apply(&client, &store, &recent, &service(), None)
             .await
             .unwrap(),
         Applied::Unchanged
@@ -247,7 +247,7 @@ async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
         handle
     });
     assert_eq!(
-        apply::apply(&client, &store, &recent, &service())
+        apply::apply(&client, &store, &recent, &service(), None)
             .await
             .unwrap(),
         Applied::Updated
@@ -256,7 +256,7 @@ async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
     // The same state again: accepted, nothing sent (a request would wait
     // for an answer that never comes).
     let desired = service();
-    let again = apply::apply(&client, &store, &recent, &desired);
+    let again = apply::apply(&client, &store, &recent, &desired, None);
     assert_eq!(
         tokio::time::timeout(Duration::from_secs(2), again)
             .await
@@ -278,7 +278,7 @@ async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
         );
     });
     assert_eq!(
-        apply::apply(&client, &store, &recent, &service())
+        apply::apply(&client, &store, &recent, &service(), None)
             .await
             .unwrap(),
         Applied::Updated
@@ -306,7 +306,7 @@ async fn a_name_another_owner_holds_gets_no_apply() {
         handle
     });
     assert_eq!(
-        apply::apply(&client, &store, &recent, &owned_service("ours"))
+        apply::apply(&client, &store, &recent, &owned_service("ours"), None)
             .await
             .unwrap(),
         Applied::Conflict
@@ -318,7 +318,7 @@ async fn a_name_another_owner_holds_gets_no_apply() {
     other.metadata.labels = Some([("shardgate.io/cluster".to_string(), "demo".to_string())].into());
     store.apply(watcher::Event::Apply(cached::service(other)));
     assert_eq!(
-        apply::apply(&client, &store, &recent, &owned_service("ours"))
+        apply::apply(&client, &store, &recent, &owned_service("ours"), None)
             .await
             .unwrap(),
         Applied::Conflict
@@ -336,10 +336,104 @@ async fn a_name_another_owner_holds_gets_no_apply() {
         send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
     });
     assert_eq!(
-        apply::apply(&client, &store, &recent, &owned_service("ours"))
+        apply::apply(&client, &store, &recent, &owned_service("ours"), None)
             .await
             .unwrap(),
         Applied::Created
     );
+    server.await.unwrap();
+}
+
+/// A reconcile about to create several objects of one kind looks their
+/// names up with one metadata list (page by page), not a GET each: a name
+/// the list shows under another controller gets no apply, a free one only
+/// its apply. With fewer missing names, nothing is listed.
+#[tokio::test]
+async fn names_about_to_be_created_are_looked_up_with_one_list() {
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let recent = Recent::default();
+    let store = Cache::<CachedService>::default();
+    let resource = kube::api::ApiResource::erase::<Service>(&());
+    let names = |n: usize| -> Vec<String> { (0..n).map(|i| format!("svc-{i}")).collect() };
+
+    let (two, three) = (names(2), names(3));
+    let few = Taken::list_if_many(&client, &store, &recent, &resource, "default", &two);
+    assert!(few.await.unwrap().is_none());
+    nothing_sent(&mut handle, 100).await;
+
+    let server = tokio::spawn(async move {
+        let page = |items: serde_json::Value, next: &str| {
+            serde_json::json!({
+                "kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"continue": next}, "items": items})
+        };
+        let hand_made = serde_json::json!([{"metadata": {
+            "name": "shardgate-demo-shard-0", "namespace": "default", "uid": "theirs"}}]);
+        let (request, send) = handle.next_request().await.expect("the first page");
+        assert_eq!(request.method(), http::Method::GET);
+        assert_eq!(request.uri().path(), "/api/v1/namespaces/default/services");
+        let query = request.uri().query().unwrap_or_default().to_string();
+        assert!(query.contains("limit=500"), "{query}");
+        let accept = request.headers()["accept"].to_str().unwrap().to_string();
+        assert!(accept.contains("as=PartialObjectMetadataList"), "{accept}");
+        let body = serde_json::to_vec(&page(serde_json::json!([]), "more")).unwrap();
+        send.send_response(Response::builder().body(Body::from(body)).unwrap());
+        let (request, send) = handle.next_request().await.expect("the second page");
+        let query = request.uri().query().unwrap_or_default().to_string();
+        assert!(query.contains("continue=more"), "{query}");
+        let body = serde_json::to_vec(&page(hand_made, "")).unwrap();
+        send.send_response(Response::builder().body(Body::from(body)).unwrap());
+        // The held name: nothing. The free one: its apply only.
+        let (request, send) = handle.next_request().await.expect("the apply");
+        assert_eq!(request.method(), http::Method::PATCH);
+        assert!(request.uri().path().ends_with("/services/svc-0"));
+        let body = request.into_body().collect_bytes().await.unwrap();
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+        nothing_sent(&mut handle, 200).await;
+    });
+    let many = Taken::list_if_many(&client, &store, &recent, &resource, "default", &three);
+    let taken = many.await.unwrap().expect("three missing names are listed");
+    let ours = owned_service("ours");
+    let held = apply::apply(&client, &store, &recent, &ours, Some(&taken));
+    assert_eq!(held.await.unwrap(), Applied::Conflict);
+    let mut free = owned_service("ours");
+    free.metadata.name = Some("svc-0".into());
+    let free = apply::apply(&client, &store, &recent, &free, Some(&taken));
+    assert_eq!(free.await.unwrap(), Applied::Created);
+    server.await.unwrap();
+}
+
+/// The same desired object is not re-applied, whether its hash was
+/// remembered or not; a changed one is, at once.
+#[tokio::test]
+async fn a_changed_desired_object_is_applied_although_its_last_form_was_remembered() {
+    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(mock, "default");
+    let recent = Recent::default();
+    let store = Cache::<CachedService>::default();
+    let mut live = sent_apply().await;
+    live["metadata"]["resourceVersion"] = "7".into();
+    let live: Service = serde_json::from_value(live).unwrap();
+    store.apply(watcher::Event::Apply(cached::service(live)));
+    let same = service();
+    for _ in 0..3 {
+        let same = apply::apply(&client, &store, &recent, &same, None);
+        assert_eq!(same.await.unwrap(), Applied::Unchanged);
+    }
+    nothing_sent(&mut handle, 100).await;
+
+    let mut changed = service();
+    changed.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 6380;
+    let server = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.expect("the apply");
+        assert_eq!(request.method(), http::Method::PATCH);
+        let body = request.into_body().collect_bytes().await.unwrap();
+        let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(sent["spec"]["ports"][0]["port"], 6380);
+        send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+    });
+    let applied = apply::apply(&client, &store, &recent, &changed, None);
+    assert_eq!(applied.await.unwrap(), Applied::Updated);
     server.await.unwrap();
 }

@@ -77,6 +77,15 @@ impl Context {
         }
     }
 
+    /// With `false`, every apply serialises its object and every missing
+    /// object is looked up with a GET (see [`Recent::without_shortcuts`]).
+    pub fn with_apply_shortcuts(mut self, on: bool) -> Self {
+        if !on {
+            self.recent = Recent::without_shortcuts();
+        }
+        self
+    }
+
     /// Looks again at reshaping clusters by `recheck`.
     pub fn with_recheck(mut self, recheck: Recheck) -> Self {
         self.recheck = recheck;

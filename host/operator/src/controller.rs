@@ -168,7 +168,8 @@ pub(crate) async fn controller(
             options.identity.clone(),
             options.manage_valkey,
         )
-        .with_recheck(options.recheck),
+        .with_recheck(options.recheck)
+        .with_apply_shortcuts(options.apply_shortcuts),
     );
 
     // Ready once every cache has its first list.

@@ -59,6 +59,7 @@ async fn main() -> anyhow::Result<()> {
             manage_valkey: true,
             debounce: operator::DEBOUNCE,
             recheck: Default::default(),
+            apply_shortcuts: true,
         },
         client,
         Arc::new(module) as Arc<dyn Reconciler>,

@@ -98,6 +98,11 @@ pub struct RunArgs {
     /// for environments that refuse the reservation, such as valgrind.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     wasm_pooling: bool,
+    /// Skip re-serialising desired objects already known, and look up
+    /// several missing names with one list. Off only to measure what that
+    /// saves (`cargo bench -p shardgate --bench scale`).
+    #[arg(long, hide = true, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    apply_shortcuts: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -225,6 +230,7 @@ impl RunArgs {
                 manage_valkey: !args.no_manage_valkey,
                 debounce: std::time::Duration::from_millis(args.debounce_ms),
                 recheck: Default::default(),
+                apply_shortcuts: args.apply_shortcuts,
             };
             shardgate_operator::run_with_modules(
                 options,

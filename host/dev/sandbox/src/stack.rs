@@ -325,6 +325,7 @@ impl Sandbox {
                     manage_valkey: options.manage_valkey,
                     debounce: operator::DEBOUNCE,
                     recheck: options.recheck,
+                    apply_shortcuts: true,
                 },
                 client.clone(),
                 Arc::new(module) as Arc<dyn Reconciler>,

@@ -3,6 +3,9 @@
 //! created is told in one Event. An object whose name is taken by one the
 //! cluster does not control is left alone and reported (no takeover).
 
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::ApiResource;
 use kube::core::NamespaceResourceScope;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -10,7 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use shardgate_contract::conditions;
 use shardgate_contract::model::RouteKind;
-use shardgate_k8s::apply::{self, Applied};
+use shardgate_k8s::apply::{self, Applied, Taken};
 use shardgate_k8s::cache::{Cache, Entry};
 use shardgate_k8s::convert::Objects;
 use shardgate_k8s::crd::ValkeyCluster;
@@ -48,44 +51,59 @@ impl Changes {
 }
 
 /// Applies `objects` in order (shard Services, then each node's ConfigMap,
-/// headless Service and StatefulSet, then the PodDisruptionBudget).
+/// headless Service and StatefulSet, then the PodDisruptionBudget). Names
+/// of a kind that several objects about to be created would take are
+/// looked up with one list of that kind ([`Taken`]).
 pub async fn run(ctx: &Context, vc: &ValkeyCluster, objects: &Objects) -> Result<Changes, Error> {
     let mut changes = Changes::default();
     let caches = &ctx.caches;
+    let namespace = vc.namespace().unwrap_or_default();
+    let services = names(
+        (objects.shard_services.iter()).chain(objects.nodes.iter().map(|n| &n.headless_service)),
+    );
+    let config_maps = names(objects.nodes.iter().map(|n| &n.config_map));
+    let stateful_sets = names(objects.nodes.iter().map(|n| &n.stateful_set));
+    let services = taken::<Service, _>(ctx, &caches.services, &namespace, &services).await?;
+    let config_maps =
+        taken::<ConfigMap, _>(ctx, &caches.config_maps, &namespace, &config_maps).await?;
+    let stateful_sets =
+        taken::<StatefulSet, _>(ctx, &caches.stateful_sets, &namespace, &stateful_sets).await?;
     for svc in &objects.shard_services {
-        one(ctx, &caches.services, svc, "services", &mut changes)
+        let cache = &caches.services;
+        one(ctx, cache, svc, "services", services.as_ref(), &mut changes)
             .await
-            .map_err(|e| taken(vc, &svc.name_any(), e))?;
+            .map_err(|e| node_port_taken(vc, &svc.name_any(), e))?;
     }
     for n in &objects.nodes {
+        let cache = &caches.config_maps;
+        let cm = &n.config_map;
         one(
             ctx,
-            &caches.config_maps,
-            &n.config_map,
+            cache,
+            cm,
             "configmaps",
+            config_maps.as_ref(),
             &mut changes,
         )
         .await?;
+        let cache = &caches.services;
+        let svc = &n.headless_service;
+        one(ctx, cache, svc, "services", services.as_ref(), &mut changes).await?;
+        let cache = &caches.stateful_sets;
+        let sts = &n.stateful_set;
         one(
             ctx,
-            &caches.services,
-            &n.headless_service,
-            "services",
-            &mut changes,
-        )
-        .await?;
-        one(
-            ctx,
-            &caches.stateful_sets,
-            &n.stateful_set,
+            cache,
+            sts,
             "statefulsets",
+            stateful_sets.as_ref(),
             &mut changes,
         )
         .await?;
     }
     if let Some(pdb) = &objects.disruption_budget {
         let cache = &caches.disruption_budgets;
-        one(ctx, cache, pdb, "poddisruptionbudgets", &mut changes).await?;
+        one(ctx, cache, pdb, "poddisruptionbudgets", None, &mut changes).await?;
     }
     // Routes of a kind the API server does not serve are not applied: the
     // guest has reported why (ExternalAccessReady), and the status says so.
@@ -98,7 +116,9 @@ pub async fn run(ctx: &Context, vc: &ValkeyCluster, objects: &Objects) -> Result
             RouteKind::Tls => (&caches.tls_routes, "tlsroutes"),
         };
         let body = serde_json::to_value(&object).expect("objects serialize");
-        let applied = apply::apply_value(&ctx.client, cache, &ctx.recent, &resource, body).await?;
+        let recent = &ctx.recent;
+        let applied =
+            apply::apply_value(&ctx.client, cache, recent, &resource, &body, None).await?;
         if changes.note(&resource.kind, plural, &r.route.name, applied) {
             ctx.metrics.write("apply", plural);
         }
@@ -114,9 +134,30 @@ pub async fn run(ctx: &Context, vc: &ValkeyCluster, objects: &Objects) -> Result
     Ok(changes)
 }
 
+fn names<'a, K: Resource + 'a>(objects: impl Iterator<Item = &'a K>) -> Vec<String> {
+    objects.map(|o| o.name_any()).collect()
+}
+
+/// The names of `K` taken in `namespace`, when several of `desired` are
+/// about to be created.
+async fn taken<K, C>(
+    ctx: &Context,
+    cache: &Cache<C>,
+    namespace: &str,
+    names: &[String],
+) -> Result<Option<Taken>, Error>
+where
+    K: Resource<DynamicType = ()>,
+    C: Entry,
+{
+    let resource = ApiResource::erase::<K>(&());
+    let recent = &ctx.recent;
+    Ok(Taken::list_if_many(&ctx.client, cache, recent, &resource, namespace, names).await?)
+}
+
 /// `e`, or when the API server refused a NodePort as already allocated,
 /// which pin of the spec asked for it.
-fn taken(vc: &ValkeyCluster, service: &str, e: Error) -> Error {
+fn node_port_taken(vc: &ValkeyCluster, service: &str, e: Error) -> Error {
     let Some(port) = (match &e {
         Error::Kube(k) => super::error::node_port_taken(k),
         _ => None,
@@ -169,6 +210,7 @@ async fn one<K, C>(
     cache: &Cache<C>,
     desired: &K,
     resource: &'static str,
+    taken: Option<&Taken>,
     changes: &mut Changes,
 ) -> Result<(), Error>
 where
@@ -179,7 +221,7 @@ where
         + std::fmt::Debug,
     C: Entry,
 {
-    let applied = apply::apply(&ctx.client, cache, &ctx.recent, desired).await?;
+    let applied = apply::apply(&ctx.client, cache, &ctx.recent, desired, taken).await?;
     if changes.note(&K::kind(&()), resource, &desired.name_any(), applied) {
         ctx.metrics.write("apply", resource);
     }
