@@ -17,8 +17,9 @@
 //!   kind and namespace ([`Taken`]) when a reconcile is about to create
 //!   several, not with a GET each.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -211,15 +212,28 @@ impl Recent {
         self.seed.hash_one(key)
     }
 
-    /// The keyed fingerprint of `desired` as `resource` would apply it.
+    /// The keyed fingerprint of `desired` as `resource` would apply it:
+    /// its JSON is written into a buffer this thread reuses and hashed in
+    /// one piece (hashing it piece by piece as it is written cost as much
+    /// as the writing).
     fn fingerprint(&self, resource: &ApiResource, desired: &impl Serialize) -> u64 {
-        let mut hasher = self.seed.build_hasher();
-        hasher.write(resource.api_version.as_bytes());
-        hasher.write_u8(0);
-        hasher.write(resource.kind.as_bytes());
-        hasher.write_u8(0);
-        serde_json::to_writer(HashWriter(&mut hasher), desired).expect("objects serialize");
-        hasher.finish()
+        thread_local! {
+            static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
+        BUFFER.with_borrow_mut(|json| {
+            json.clear();
+            json.extend_from_slice(resource.api_version.as_bytes());
+            json.push(0);
+            json.extend_from_slice(resource.kind.as_bytes());
+            json.push(0);
+            serde_json::to_writer(&mut *json, desired).expect("objects serialize");
+            let fingerprint = self.seed.hash_one(&json[..]);
+            // A rare large object does not keep its buffer.
+            if json.capacity() > 1 << 20 {
+                *json = Vec::new();
+            }
+            fingerprint
+        })
     }
 
     /// What the desired form with `fingerprint` led to, if it is the one
@@ -241,19 +255,6 @@ impl Recent {
             all.clear();
         }
         all.insert(slot, known);
-    }
-}
-
-/// Feeds JSON into a hasher as it is written.
-struct HashWriter<'a, H>(&'a mut H);
-
-impl<H: Hasher> std::io::Write for HashWriter<'_, H> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.write(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 

@@ -34,21 +34,52 @@ use crate::manager::FIELD_MANAGER;
 /// shardgate applied to it; `None` when shardgate has no apply entry on it
 /// (it never applied it, or something cleared the managed fields).
 pub fn take_live_digest<K: Resource + Serialize>(o: &mut K) -> Option<String> {
+    take_live_digest_reusing(o, |_| None).map(|(digest, _)| digest)
+}
+
+/// [`take_live_digest`], with the key of shardgate's apply entry (when it
+/// was applied and the fields it lists); `reuse` may answer, for that key,
+/// the digest an earlier version of the object had, which is then taken
+/// without projecting the object again.
+///
+/// That holds while the applied hash is the same too (the caller checks):
+/// a field shardgate owns whose value someone else changes or removes
+/// leaves shardgate's entry (the new owner takes it), and shardgate's own
+/// apply of new values gives a new hash. So an object whose only change
+/// since is its status, or fields shardgate does not own, keeps its digest.
+pub fn take_live_digest_reusing<K: Resource + Serialize>(
+    o: &mut K,
+    reuse: impl FnOnce(&str) -> Option<String>,
+) -> Option<(String, String)> {
     let entries = o.meta_mut().managed_fields.take()?;
-    let fields = entries
-        .into_iter()
-        .find(|e| {
-            applied_by_shardgate(
-                e.manager.as_deref(),
-                e.operation.as_deref(),
-                e.subresource.as_deref(),
-            )
-        })?
-        .fields_v1?
-        .0;
+    let entry = entries.into_iter().find(|e| {
+        applied_by_shardgate(
+            e.manager.as_deref(),
+            e.operation.as_deref(),
+            e.subresource.as_deref(),
+        )
+    })?;
+    let fields = entry.fields_v1?.0;
+    let key = entry_key(entry.time.as_ref().map(|t| t.0.as_second()), &fields);
+    if let Some(digest) = reuse(&key) {
+        return Some((digest, key));
+    }
     // Without its managed fields, which are as large as the object.
     let live = serde_json::to_value(&*o).ok()?;
-    Some(projected_digest(&live, fields.as_object()?))
+    Some((projected_digest(&live, fields.as_object()?), key))
+}
+
+/// The key of an apply entry: a digest of its time and its fields.
+fn entry_key(time: Option<i64>, fields: &Value) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(time.unwrap_or_default().to_le_bytes());
+    let json = serde_json::to_vec(fields).expect("JSON serializes");
+    hasher.update(&json);
+    hex(&hasher.finalize()[..8])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// [`take_live_digest`] of an object as JSON (an API server's answer).
@@ -99,12 +130,7 @@ pub(crate) fn sha256_hex(v: &impl Serialize, bytes: usize) -> String {
     let mut hasher = Sha256::new();
     v.serialize(&mut serde_json::Serializer::new(&mut hasher))
         .expect("JSON serializes");
-    let digest = hasher.finalize();
-    digest
-        .iter()
-        .take(bytes)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&hasher.finalize()[..bytes])
 }
 
 /// The owned part of `live`: `fields` in the `fieldsV1` form (`f:<name>` a

@@ -292,6 +292,7 @@ mod tests {
                 "status": {"replicas": 1, "updateRevision": revision},
             }))
             .unwrap(),
+            None,
         ))
     }
 
@@ -313,7 +314,7 @@ mod tests {
                 "status": {"podIP": ip, "hostIP": "10.0.0.9",
                     "conditions": [{"type": "Ready", "status": if ip.is_some() { "True" } else { "False" }}]},
             }))
-            .unwrap(),
+            .unwrap(), None,
         ))
     }
 
@@ -329,6 +330,7 @@ mod tests {
                         "updateRevision": "r2"},
                 }))
                 .unwrap(),
+                None,
             ))
         };
         let outdated = pod("p", (0, 0), "u", "r1", Some("10.1.0.1"));

@@ -152,7 +152,7 @@ async fn an_object_already_in_place_sends_nothing() {
     live["spec"]["ports"][0]["nodePort"] = 31000.into();
     live["spec"]["ports"][0]["targetPort"] = 6379.into();
     let live: Service = serde_json::from_value(live).unwrap();
-    store.apply(watcher::Event::Apply(cached::service(live.clone())));
+    store.apply(watcher::Event::Apply(cached::service(live.clone(), None)));
 
     assert_eq!(
         apply::apply(&client, &store, &recent, &service(), None)
@@ -165,7 +165,7 @@ async fn an_object_already_in_place_sends_nothing() {
     // A field we own changed by someone else: re-applied.
     let mut drifted = live;
     drifted.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
-    store.apply(watcher::Event::Apply(cached::service(drifted)));
+    store.apply(watcher::Event::Apply(cached::service(drifted, None)));
     let server = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.expect("re-apply");
         assert_eq!(request.method(), http::Method::PATCH);
@@ -226,7 +226,7 @@ async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
                      "f:spec": {"f:type": {}, "f:ports": {}}}
     }]);
     let cached = |live: &serde_json::Value| {
-        let cached = cached::service(serde_json::from_value(live.clone()).unwrap());
+        let cached = cached::service(serde_json::from_value(live.clone()).unwrap(), None);
         assert!(cached.owned_digest().is_some(), "cached with its digest");
         cached
     };
@@ -316,7 +316,7 @@ async fn a_name_another_owner_holds_gets_no_apply() {
     // Cached (labelled as shardgate's) but controlled by another cluster.
     let mut other = owned_service("another");
     other.metadata.labels = Some([("shardgate.io/cluster".to_string(), "demo".to_string())].into());
-    store.apply(watcher::Event::Apply(cached::service(other)));
+    store.apply(watcher::Event::Apply(cached::service(other, None)));
     assert_eq!(
         apply::apply(&client, &store, &recent, &owned_service("ours"), None)
             .await
@@ -415,7 +415,7 @@ async fn a_changed_desired_object_is_applied_although_its_last_form_was_remember
     let mut live = sent_apply().await;
     live["metadata"]["resourceVersion"] = "7".into();
     let live: Service = serde_json::from_value(live).unwrap();
-    store.apply(watcher::Event::Apply(cached::service(live)));
+    store.apply(watcher::Event::Apply(cached::service(live, None)));
     let same = service();
     for _ in 0..3 {
         let same = apply::apply(&client, &store, &recent, &same, None);

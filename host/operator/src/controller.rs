@@ -53,20 +53,32 @@ pub(crate) async fn controller(
         .labels(MANAGED_SELECTOR)
         .any_semantic()
         .page_size(LIST_PAGE_SIZE);
+    // Digests of objects whose status alone changed are taken over.
+    let reuse = options.apply_shortcuts;
 
-    let (services, service_stream) =
-        cached_watch(api::<Service>(&client, ns), &managed, cached::service);
-    let (config_maps, config_map_stream) =
-        cached_watch(api::<ConfigMap>(&client, ns), &managed, cached::config_map);
+    let (services, service_stream) = cached_watch(
+        api::<Service>(&client, ns),
+        &managed,
+        reuse,
+        cached::service,
+    );
+    let (config_maps, config_map_stream) = cached_watch(
+        api::<ConfigMap>(&client, ns),
+        &managed,
+        reuse,
+        cached::config_map,
+    );
     let (stateful_sets, stateful_set_stream) = cached_watch(
         api::<StatefulSet>(&client, ns),
         &managed,
+        reuse,
         cached::stateful_set,
     );
-    let (pods, pod_stream) = cached_watch(api::<Pod>(&client, ns), &managed, cached::pod);
+    let (pods, pod_stream) = cached_watch(api::<Pod>(&client, ns), &managed, reuse, cached::pod);
     let (disruption_budgets, disruption_budget_stream) = cached_watch(
         api::<PodDisruptionBudget>(&client, ns),
         &managed,
+        reuse,
         cached::disruption_budget,
     );
 
@@ -289,7 +301,7 @@ fn route_watch(
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
         None => Api::all_with(client.clone(), resource),
     };
-    let (store, stream) = cached_watch(api, config, cached::route);
+    let (store, stream) = cached_watch(api, config, true, cached::route);
     (store, stream.boxed())
 }
 
@@ -392,12 +404,13 @@ const LIST_PAGE_SIZE: u32 = 100;
 
 /// A watch of one kind of managed object, kept in a [`cache::Cache`];
 /// `cache` turns each object into what the cache keeps (dropping what the
-/// operator never reads). Returns the cache and the stream of clusters to
-/// reconcile.
+/// operator never reads), given the entry it replaces (unless not `reuse`).
+/// Returns the cache and the stream of clusters to reconcile.
 fn cached_watch<K, C>(
     api: Api<K>,
     config: &watcher::Config,
-    cache: fn(K) -> C,
+    reuse: bool,
+    cache: fn(K, Option<&C>) -> C,
 ) -> (
     cache::Cache<C>,
     impl futures::Stream<Item = Result<Trigger, watcher::Error>> + Send + 'static,
@@ -412,7 +425,8 @@ where
         .map_ok({
             let store = store.clone();
             move |event| {
-                let touched = store.apply(cached_event(event, cache))?;
+                let prior = reuse.then_some(&store);
+                let touched = store.apply(cached_event(event, prior, cache))?;
                 cluster_to_reconcile(touched.as_ref())
             }
         })
@@ -440,9 +454,21 @@ fn absorbed<T>(
     })
 }
 
-/// `event` with its objects as the cache keeps them.
-fn cached_event<K, C>(event: watcher::Event<K>, cache: fn(K) -> C) -> watcher::Event<C> {
+/// `event` with its objects as the cache keeps them, each given the entry
+/// of that name in `store`, if any.
+fn cached_event<K: kube::Resource, C: Entry>(
+    event: watcher::Event<K>,
+    store: Option<&cache::Cache<C>>,
+    cache: fn(K, Option<&C>) -> C,
+) -> watcher::Event<C> {
     use watcher::Event;
+    let cache = |o: K| {
+        let meta = o.meta();
+        let (namespace, name) = (meta.namespace.as_deref(), meta.name.as_deref());
+        let prior =
+            store.and_then(|s| s.get(namespace.unwrap_or_default(), name.unwrap_or_default()));
+        cache(o, prior.as_deref())
+    };
     match event {
         Event::Apply(o) => Event::Apply(cache(o)),
         Event::Delete(o) => Event::Delete(cache(o)),
@@ -470,6 +496,7 @@ mod tests {
         let svc = |label, controller| {
             cached::service(
                 serde_json::from_value(labelled_and_controlled(label, controller)).unwrap(),
+                None,
             )
         };
         let target = |o: &dyn Fn() -> Option<Trigger>| {
@@ -491,7 +518,7 @@ mod tests {
             serde_json::from_value(labelled_and_controlled(Some("c"), ("StatefulSet", "s")))
                 .unwrap();
         assert_eq!(
-            target(&|| cluster_to_reconcile(&cached::pod(pod.clone()))),
+            target(&|| cluster_to_reconcile(&cached::pod(pod.clone(), None))),
             ns("c")
         );
         assert_eq!(

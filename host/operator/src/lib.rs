@@ -61,10 +61,12 @@ pub struct Options {
     pub debounce: std::time::Duration,
     /// How soon to look again at a cluster whose Valkey is reshaping.
     pub recheck: Recheck,
-    /// Skip re-serialising desired objects already known, and look up the
+    /// Skip re-serialising desired objects already known, look up the
     /// names of several objects about to be created with one list
-    /// ([`shardgate_k8s::apply::Recent`]). Off only to measure what that
-    /// saves, side by side (`cargo bench -p shardgate --bench scale`).
+    /// ([`shardgate_k8s::apply::Recent`]), and keep a cached object's
+    /// owned-fields digest when only its status changed. Off only to
+    /// measure what that saves, side by side (`cargo bench -p shardgate
+    /// --bench scale`).
     pub apply_shortcuts: bool,
 }
 

@@ -98,9 +98,10 @@ pub struct RunArgs {
     /// for environments that refuse the reservation, such as valgrind.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     wasm_pooling: bool,
-    /// Skip re-serialising desired objects already known, and look up
-    /// several missing names with one list. Off only to measure what that
-    /// saves (`cargo bench -p shardgate --bench scale`).
+    /// Skip re-serialising desired objects already known, look up several
+    /// missing names with one list, and keep a cached object's digest when
+    /// only its status changed. Off only to measure what that saves
+    /// (`cargo bench -p shardgate --bench scale`).
     #[arg(long, hide = true, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     apply_shortcuts: bool,
     /// Log format.

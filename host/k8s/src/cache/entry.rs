@@ -57,6 +57,9 @@ pub trait Entry: Labelled + Send + Sync + 'static {
     /// The digest of the fields shardgate owns, as they are live; `None`
     /// when shardgate has no apply entry on the object.
     fn owned_digest(&self) -> Option<&str>;
+    /// The key of shardgate's apply entry that digest was taken from
+    /// ([`owned_fields::take_live_digest_reusing`]).
+    fn owned_key(&self) -> Option<&str>;
     /// The whole object as JSON, if the cache kept it whole: the only way
     /// to find drift on an object that has no owned-fields digest.
     fn whole(&self) -> Option<Value>;
@@ -77,19 +80,21 @@ enum Slot {
     ControllerCluster,
     AppliedHash,
     OwnedDigest,
+    /// The key of shardgate's apply entry the digest was taken from.
+    OwnedKey,
 }
 
-const SLOTS: usize = Slot::OwnedDigest as usize + 1;
+const SLOTS: usize = Slot::OwnedKey as usize + 1;
 
 /// The UID, labels, annotations and owner a reconcile reads, each in its
 /// own slot, all in one allocation: the object's UID, the cluster
 /// (ownership, the index and what to reconcile when the object changes),
 /// the node's indices, a Pod's template revision, the controller's UID and
 /// name, the applied hash, and the owned-fields digest computed when the
-/// object was cached.
+/// object was cached with the key of the apply entry it was taken from.
 ///
-/// Nine short strings of their own would cost 144 bytes inline and nine
-/// allocations per object; these cost 40 bytes and one. A value that does
+/// Ten short strings of their own would cost 160 bytes inline and ten
+/// allocations per object; these cost 42 bytes and one. A value that does
 /// not fit the 64 KiB of text (only an annotation someone else wrote could
 /// be that long) is kept as absent: an applied hash that long is not one
 /// shardgate wrote, so either way the object is re-applied.
@@ -107,7 +112,8 @@ pub struct Marks {
 impl Marks {
     /// Takes the marks out of `meta`'s UID, label and annotation maps and
     /// owner references; the UID only if `keep_uid`.
-    fn take(meta: &mut ObjectMeta, keep_uid: bool, owned_digest: Option<String>) -> Self {
+    fn take(meta: &mut ObjectMeta, keep_uid: bool, owned: Option<(String, String)>) -> Self {
+        let (owned_digest, owned_key) = owned.unzip();
         let mut labels = meta.labels.take().unwrap_or_default();
         let mut annotations = meta.annotations.take().unwrap_or_default();
         let controller = meta
@@ -140,6 +146,7 @@ impl Marks {
             controller_cluster,
             applied_hash.as_deref(),
             owned_digest.as_deref(),
+            owned_key.as_deref(),
         ];
         Self::pack(values)
     }
@@ -287,6 +294,9 @@ where
     fn owned_digest(&self) -> Option<&str> {
         self.marks.get(Slot::OwnedDigest)
     }
+    fn owned_key(&self) -> Option<&str> {
+        self.marks.get(Slot::OwnedKey)
+    }
     fn whole(&self) -> Option<Value> {
         self.whole
             .as_ref()
@@ -325,9 +335,14 @@ impl ServiceView for CachedService {
 /// `o` as the cache keeps it: `state` picks what is read of its spec and
 /// status. Its managed fields give way to the digest of what shardgate
 /// applied; without that digest, and if `compared` (shardgate applies this
-/// kind), the whole object is kept beside the entry.
+/// kind), the whole object is kept beside the entry. The digest of `prior`
+/// (the entry `o` replaces) is taken over when the applied hash and
+/// shardgate's apply entry are the same
+/// ([`owned_fields::take_live_digest_reusing`]): a change of status alone
+/// is not digested again.
 fn slim<K, S>(
     mut o: K,
+    prior: Option<&Slim<K, S>>,
     compared: bool,
     keep_uid: bool,
     state: impl FnOnce(&K) -> Option<S>,
@@ -335,15 +350,28 @@ fn slim<K, S>(
 where
     K: Resource + Serialize,
 {
-    let digest = owned_fields::take_live_digest(&mut o);
+    let prior = prior.filter(|p| {
+        let hash = o
+            .meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(APPLIED_HASH));
+        hash.is_some_and(|h| p.marks.get(Slot::AppliedHash) == Some(h.as_str()))
+    });
+    let owned = owned_fields::take_live_digest_reusing(&mut o, |key| {
+        let marks = &prior?.marks;
+        (marks.get(Slot::OwnedKey) == Some(key))
+            .then(|| marks.get(Slot::OwnedDigest).map(String::from))
+            .flatten()
+    });
     let state = state(&o);
-    let keep_whole = compared && digest.is_none();
+    let keep_whole = compared && owned.is_none();
     let mut meta = if keep_whole {
         o.meta().clone()
     } else {
         std::mem::take(o.meta_mut())
     };
-    let marks = Marks::take(&mut meta, keep_uid, digest);
+    let marks = Marks::take(&mut meta, keep_uid, owned);
     Slim {
         name: meta.name.unwrap_or_default().into(),
         namespace: meta.namespace.unwrap_or_default().into(),
@@ -353,10 +381,13 @@ where
     }
 }
 
+/// Each of these turns an object into what the cache keeps, reusing
+/// `prior`'s digest where it still holds (see [`slim`]).
+///
 /// A Service as the cache keeps it: its ports' names and NodePorts and its
 /// load-balancer ingress are read for the guest's snapshot.
-pub fn service(svc: Service) -> CachedService {
-    slim(svc, true, true, |svc| {
+pub fn service(svc: Service, prior: Option<&CachedService>) -> CachedService {
+    slim(svc, prior, true, true, |svc| {
         Some(ServiceState {
             ports: svc
                 .ports()
@@ -372,26 +403,29 @@ pub fn service(svc: Service) -> CachedService {
 
 /// A ConfigMap as the cache keeps it: with a digest, its data is never
 /// read back, only compared.
-pub fn config_map(cm: ConfigMap) -> CachedConfigMap {
-    slim(cm, true, true, |_| None)
+pub fn config_map(cm: ConfigMap, prior: Option<&CachedConfigMap>) -> CachedConfigMap {
+    slim(cm, prior, true, true, |_| None)
 }
 
 /// A PodDisruptionBudget as the cache keeps it: like a ConfigMap, compared
 /// by digest only.
-pub fn disruption_budget(pdb: PodDisruptionBudget) -> CachedDisruptionBudget {
-    slim(pdb, true, true, |_| None)
+pub fn disruption_budget(
+    pdb: PodDisruptionBudget,
+    prior: Option<&CachedDisruptionBudget>,
+) -> CachedDisruptionBudget {
+    slim(pdb, prior, true, true, |_| None)
 }
 
 /// A Gateway API route as the cache keeps it: like a ConfigMap, compared
 /// by digest only.
-pub fn route(route: DynamicObject) -> CachedRoute {
-    slim(route, true, true, |_| None)
+pub fn route(route: DynamicObject, prior: Option<&CachedRoute>) -> CachedRoute {
+    slim(route, prior, true, true, |_| None)
 }
 
 /// A Pod as the cache keeps it: of its status the host IP, the pod IP and
 /// readiness. A Pod is never applied, so never compared.
-pub fn pod(pod: Pod) -> CachedPod {
-    slim(pod, false, false, |pod| {
+pub fn pod(pod: Pod, prior: Option<&CachedPod>) -> CachedPod {
+    slim(pod, prior, false, false, |pod| {
         Some(PodState {
             host_ip: pod.host_ip().map(Box::from),
             node_name: pod.node_name().map(Box::from),
@@ -402,8 +436,8 @@ pub fn pod(pod: Pod) -> CachedPod {
 }
 
 /// A StatefulSet as the cache keeps it: its update revision.
-pub fn stateful_set(sts: StatefulSet) -> CachedStatefulSet {
-    slim(sts, true, true, |sts| {
+pub fn stateful_set(sts: StatefulSet, prior: Option<&CachedStatefulSet>) -> CachedStatefulSet {
+    slim(sts, prior, true, true, |sts| {
         let status = sts.status.as_ref()?;
         Some(StatefulSetState {
             update_revision: status.update_revision.as_deref().map(Box::from),
@@ -443,6 +477,7 @@ mod tests {
             Some("c"),
             Some("h"),
             Some("d"),
+            Some("k"),
         ];
         let marks = Marks::pack(values);
         let slots = [
@@ -455,12 +490,13 @@ mod tests {
             Slot::ControllerCluster,
             Slot::AppliedHash,
             Slot::OwnedDigest,
+            Slot::OwnedKey,
         ];
         assert_eq!(slots.len(), SLOTS);
         for (slot, want) in slots.into_iter().zip(values) {
             assert_eq!(marks.get(slot), want, "{slot:?}");
         }
-        assert_eq!(&*marks.text, "u1crevchd", "one allocation");
+        assert_eq!(&*marks.text, "u1crevchdk", "one allocation");
         assert_eq!(Marks::default().get(Slot::Uid), None);
         assert!(size_of::<Marks>() <= 40);
     }
@@ -478,6 +514,7 @@ mod tests {
             None,
             Some(&long),
             Some("d"),
+            None,
         ]);
         assert_eq!(marks.get(Slot::AppliedHash), None);
         assert_eq!(marks.get(Slot::Uid), Some("u1"));
@@ -498,7 +535,7 @@ mod tests {
             },
             ..StatefulSet::default()
         };
-        let cached = stateful_set(sts.clone());
+        let cached = stateful_set(sts.clone(), None);
         assert_eq!(cached.whole.as_deref(), Some(&sts));
         assert_eq!(
             cached.whole().unwrap()["spec"]["serviceName"],
@@ -521,7 +558,7 @@ mod tests {
             "status": {"replicas": 1, "updateRevision": "r1"}
         }))
         .unwrap();
-        let cached = stateful_set(sts);
+        let cached = stateful_set(sts, None);
         assert!(cached.whole.is_none(), "the spec is not kept");
         assert!(cached.whole().is_none());
         assert_eq!((cached.name(), cached.namespace()), ("n", "ns"));
@@ -536,6 +573,84 @@ mod tests {
             cached.state.and_then(|s| s.update_revision).as_deref(),
             Some("r1")
         );
+    }
+
+    /// A status change keeps the digest of the entry it replaces; a new
+    /// applied hash, or shardgate's apply entry changed (a field taken or
+    /// removed by someone else, or applied again), is digested again.
+    #[test]
+    fn a_digest_is_taken_over_only_while_the_hash_and_the_apply_entry_hold() {
+        let sts = |hash: &str, fields: Value, time: &str, replicas: i32| {
+            serde_json::from_value::<StatefulSet>(serde_json::json!({
+                "metadata": {"name": "n", "namespace": "ns",
+                    "annotations": {"shardgate.io/applied-hash": hash},
+                    "managedFields": [{"manager": "shardgate", "operation": "Apply",
+                        "time": time, "fieldsV1": fields}]},
+                "spec": {"serviceName": "s", "replicas": 1, "selector": {}, "template": {}},
+                "status": {"replicas": replicas}
+            }))
+            .unwrap()
+        };
+        let owned = serde_json::json!({"f:spec": {"f:serviceName": {}, "f:replicas": {}}});
+        let fewer = serde_json::json!({"f:spec": {"f:serviceName": {}}});
+        let t0 = "2026-12-06T10:00:00Z";
+        let first = stateful_set(sts("h", owned.clone(), t0, 0), None);
+        let digest = first.owned_digest().unwrap().to_string();
+        // The prior's digest stands out, so a taken-over digest shows.
+        let mut prior = first.clone();
+        let mut values: [Option<&str>; SLOTS] = [None; SLOTS];
+        for (i, v) in values.iter_mut().enumerate() {
+            *v = first.marks.get(slot_at(i));
+        }
+        values[Slot::OwnedDigest as usize] = Some("taken-over");
+        prior.marks = Marks::pack(values);
+
+        // (applied hash, apply entry fields, its time) => taken over?
+        for (hash, fields, time, taken_over) in [
+            ("h", owned.clone(), t0, true),
+            ("h2", owned.clone(), t0, false),
+            ("h", fewer.clone(), t0, false),
+            ("h", owned, "2026-12-06T10:00:01Z", false),
+        ] {
+            let next = stateful_set(sts(hash, fields, time, 1), Some(&prior));
+            let got = next.owned_digest().unwrap();
+            assert_eq!(got == "taken-over", taken_over, "{hash} {time}");
+        }
+        assert_eq!(
+            stateful_set(
+                sts(
+                    "h",
+                    serde_json::json!({"f:spec": {"f:serviceName": {}, "f:replicas": {}}}),
+                    t0,
+                    1
+                ),
+                None
+            )
+            .owned_digest(),
+            Some(digest.as_str()),
+            "a status change leaves the digest as it was"
+        );
+        let taken = stateful_set(sts("h", fewer, t0, 1), Some(&prior));
+        assert_ne!(
+            taken.owned_digest(),
+            Some(digest.as_str()),
+            "fewer fields owned"
+        );
+    }
+
+    fn slot_at(i: usize) -> Slot {
+        [
+            Slot::Uid,
+            Slot::Cluster,
+            Slot::Shard,
+            Slot::Node,
+            Slot::Revision,
+            Slot::Controller,
+            Slot::ControllerCluster,
+            Slot::AppliedHash,
+            Slot::OwnedDigest,
+            Slot::OwnedKey,
+        ][i]
     }
 
     /// A NodePort Service as the API server holds it after shardgate
@@ -562,7 +677,7 @@ mod tests {
     #[test]
     fn a_cached_service_keeps_what_the_snapshot_reads() {
         let svc = live_service(true);
-        let cached = service(svc.clone());
+        let cached = service(svc.clone(), None);
         assert!(cached.whole.is_none());
         assert!(cached.owned_digest().is_some());
         assert_eq!(
@@ -581,7 +696,7 @@ mod tests {
     #[test]
     fn a_service_shardgate_never_applied_is_kept_whole() {
         let svc = live_service(false);
-        let cached = service(svc.clone());
+        let cached = service(svc.clone(), None);
         assert!(cached.owned_digest().is_none());
         let whole = Service {
             metadata: ObjectMeta {
@@ -609,7 +724,7 @@ mod tests {
             "data": {"valkey.conf": "port 6379"}
         }))
         .unwrap();
-        let cached = config_map(cm);
+        let cached = config_map(cm, None);
         assert!(cached.whole.is_none() && cached.state.is_none());
         assert_eq!(cached.label(labels::NODE), Some("0"));
         assert_eq!(cached.label(labels::SHARD), None);
@@ -632,7 +747,7 @@ mod tests {
                     "ready": true, "restartCount": 0}]}
         }))
         .unwrap();
-        let cached = pod(p.clone());
+        let cached = pod(p.clone(), None);
         assert!(cached.whole.is_none(), "a Pod is never compared");
         assert_eq!(cached.uid(), None, "not read");
         assert_eq!(
@@ -660,7 +775,7 @@ mod tests {
                 "status": {"podIP": "10.1.0.1", "conditions": conditions}
             }))
             .unwrap();
-            pod(p).ready()
+            pod(p, None).ready()
         };
         assert!(!with(
             serde_json::json!([{"type": "Ready", "status": "False"}])

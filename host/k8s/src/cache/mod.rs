@@ -234,15 +234,18 @@ mod tests {
     use shardgate_contract::labels;
 
     fn svc(namespace: &str, name: &str, cluster: Option<&str>) -> CachedService {
-        cached::service(Service {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some(namespace.into()),
-                labels: cluster.map(|c| [(labels::CLUSTER.to_string(), c.to_string())].into()),
-                ..ObjectMeta::default()
+        cached::service(
+            Service {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    namespace: Some(namespace.into()),
+                    labels: cluster.map(|c| [(labels::CLUSTER.to_string(), c.to_string())].into()),
+                    ..ObjectMeta::default()
+                },
+                ..Service::default()
             },
-            ..Service::default()
-        })
+            None,
+        )
     }
 
     fn names(cache: &Cache<CachedService>, namespace: &str, cluster: &str) -> Vec<String> {
