@@ -650,7 +650,7 @@ mod tests {
         assert_eq!(to_hex(&bytes), digest);
         assert_eq!(from_hex::<12>("9e87"), None, "too short");
         assert_eq!(from_hex::<2>("9g87"), None, "not hex");
-        assert!(size_of::<super::Known>() <= 40, "kept per object");
+        assert!(size_of::<Known>() <= 40, "kept per object");
     }
 
     #[test]
