@@ -89,7 +89,9 @@ struct Known {
 
 #[derive(Default)]
 struct Entries {
-    by_key: HashMap<String, (String, Instant)>,
+    /// Per object (by its key's hash), the hash last applied to it (as
+    /// bytes), and when.
+    by_key: HashMap<u64, ([u8; 12], Instant)>,
     /// Per object, an owned-fields digest that differs from the desired
     /// one but is what shardgate's own apply of that hash left (the API
     /// server changed a value inside a field shardgate owns whole, such as
@@ -134,18 +136,20 @@ impl Recent {
 
     /// True if `hash` was applied to this object within the TTL.
     fn pending(&self, key: &str, hash: &str) -> bool {
+        let slot = self.slot(key);
         let entries = &mut self.entries.lock().unwrap().by_key;
-        match entries.get(key) {
-            Some((h, at)) if h == hash && at.elapsed() < Self::TTL => true,
+        match entries.get(&slot) {
+            Some((h, at)) if Some(*h) == from_hex(hash) && at.elapsed() < Self::TTL => true,
             Some(_) => {
-                entries.remove(key);
+                entries.remove(&slot);
                 false
             }
             None => false,
         }
     }
 
-    fn record(&self, key: String, hash: String) {
+    fn record(&self, key: &str, hash: &str) {
+        let (slot, hash) = (self.slot(key), from_hex(hash).unwrap_or_default());
         let mut entries = self.entries.lock().unwrap();
         let now = Instant::now();
         if entries
@@ -155,7 +159,7 @@ impl Recent {
             entries.by_key.retain(|_, (_, at)| at.elapsed() < Self::TTL);
             entries.pruned = Some(now);
         }
-        entries.by_key.insert(key, (hash, now));
+        entries.by_key.insert(slot, (hash, now));
     }
 
     /// True if `digest` is what shardgate's own apply of `hash` left.
@@ -184,23 +188,25 @@ impl Recent {
 
     /// True if this process applied anything to the object within the TTL.
     fn applied(&self, key: &str) -> bool {
+        let slot = self.slot(key);
         let entries = &self.entries.lock().unwrap().by_key;
         entries
-            .get(key)
+            .get(&slot)
             .is_some_and(|(_, at)| at.elapsed() < Self::TTL)
     }
 
     fn seen(&self, key: &str) {
-        self.entries.lock().unwrap().by_key.remove(key);
+        let slot = self.slot(key);
+        self.entries.lock().unwrap().by_key.remove(&slot);
     }
 
     /// Forgets what was applied to and accepted of an object that is gone.
     pub(crate) fn forget(&self, key: &str) {
+        let slot = self.slot(key);
         let mut entries = self.entries.lock().unwrap();
-        entries.by_key.remove(key);
+        entries.by_key.remove(&slot);
         entries.accepted.remove(key);
         drop(entries);
-        let slot = self.slot(key);
         self.known.lock().unwrap().remove(&slot);
     }
 
@@ -524,7 +530,7 @@ async fn apply_to<C: Entry>(
             client.request::<IgnoredAny>(request).await?;
         }
     }
-    recent.record(key, hash.to_string());
+    recent.record(&key, hash);
     Ok(if live.is_some() {
         Applied::Updated
     } else {
