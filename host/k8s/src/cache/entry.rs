@@ -480,20 +480,7 @@ mod tests {
             Some("k"),
         ];
         let marks = Marks::pack(values);
-        let slots = [
-            Slot::Uid,
-            Slot::Cluster,
-            Slot::Shard,
-            Slot::Node,
-            Slot::Revision,
-            Slot::Controller,
-            Slot::ControllerCluster,
-            Slot::AppliedHash,
-            Slot::OwnedDigest,
-            Slot::OwnedKey,
-        ];
-        assert_eq!(slots.len(), SLOTS);
-        for (slot, want) in slots.into_iter().zip(values) {
+        for (slot, want) in ALL_SLOTS.into_iter().zip(values) {
             assert_eq!(marks.get(slot), want, "{slot:?}");
         }
         assert_eq!(&*marks.text, "u1crevchdk", "one allocation");
@@ -599,8 +586,8 @@ mod tests {
         // The prior's digest stands out, so a taken-over digest shows.
         let mut prior = first.clone();
         let mut values: [Option<&str>; SLOTS] = [None; SLOTS];
-        for (i, v) in values.iter_mut().enumerate() {
-            *v = first.marks.get(slot_at(i));
+        for (v, slot) in values.iter_mut().zip(ALL_SLOTS) {
+            *v = first.marks.get(slot);
         }
         values[Slot::OwnedDigest as usize] = Some("taken-over");
         prior.marks = Marks::pack(values);
@@ -638,20 +625,19 @@ mod tests {
         );
     }
 
-    fn slot_at(i: usize) -> Slot {
-        [
-            Slot::Uid,
-            Slot::Cluster,
-            Slot::Shard,
-            Slot::Node,
-            Slot::Revision,
-            Slot::Controller,
-            Slot::ControllerCluster,
-            Slot::AppliedHash,
-            Slot::OwnedDigest,
-            Slot::OwnedKey,
-        ][i]
-    }
+    /// Every slot, in order (as many as the marks have).
+    const ALL_SLOTS: [Slot; SLOTS] = [
+        Slot::Uid,
+        Slot::Cluster,
+        Slot::Shard,
+        Slot::Node,
+        Slot::Revision,
+        Slot::Controller,
+        Slot::ControllerCluster,
+        Slot::AppliedHash,
+        Slot::OwnedDigest,
+        Slot::OwnedKey,
+    ];
 
     /// A NodePort Service as the API server holds it after shardgate
     /// applied it.
