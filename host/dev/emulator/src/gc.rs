@@ -1,7 +1,9 @@
 //! ownerReference garbage collection: when an owner goes away, dependents
 //! that have no other existing owner are deleted (recursively); dependents
 //! with another live owner (or under `propagationPolicy: Orphan`) just lose
-//! the dangling reference.
+//! the dangling reference. The store keeps the owner graph as an index
+//! ([`crate::store::Store::dependents_of`]), so a delete costs its
+//! dependents, not a walk of every stored object.
 
 use serde_json::Value;
 
@@ -18,18 +20,9 @@ fn owner_uids(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn uid_exists(state: &State, uid: &str) -> bool {
-    !state
-        .store
-        .keys_where(|_, v| v["metadata"]["uid"].as_str() == Some(uid))
-        .is_empty()
-}
-
 /// Runs after the object with `uid` was removed.
 pub(crate) fn collect(state: &mut State, uid: &str, orphan: bool) {
-    let dependents = state
-        .store
-        .keys_where(|_, v| owner_uids(v).iter().any(|u| u == uid));
+    let dependents = state.store.dependents_of(uid);
     for key in dependents {
         let Some(obj) = state.store.get(&key).cloned() else {
             continue;
@@ -51,7 +44,7 @@ pub(crate) fn collect(state: &mut State, uid: &str, orphan: bool) {
         };
         let others_alive = owner_uids(&obj)
             .iter()
-            .any(|u| u != uid && uid_exists(state, u));
+            .any(|u| u != uid && state.store.uid_exists(u));
         if orphan || others_alive {
             let mut new = Value::clone(&obj);
             if let Some(refs) = new["metadata"]["ownerReferences"].as_array_mut() {

@@ -1,7 +1,7 @@
 //! Object storage with one global resourceVersion counter and a bounded
 //! history of change events for watches.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -52,6 +52,12 @@ pub(crate) enum Notice {
 
 pub(crate) struct Store {
     objects: BTreeMap<ObjKey, Arc<Value>>,
+    /// Each stored object's key by its `metadata.uid`.
+    by_uid: HashMap<String, ObjKey>,
+    /// The keys of the objects naming each uid in an `ownerReference`: the
+    /// garbage collector's graph, as kube-controller-manager keeps one, so
+    /// a delete costs its dependents, not a walk of the whole store.
+    dependents: HashMap<String, BTreeSet<ObjKey>>,
     rv: u64,
     history: VecDeque<Arc<WatchEvent>>,
     history_limit: usize,
@@ -74,6 +80,8 @@ impl Store {
         let (tx, _) = broadcast::channel(16 * 1024);
         Self {
             objects: BTreeMap::new(),
+            by_uid: HashMap::new(),
+            dependents: HashMap::new(),
             rv: 1,
             history: VecDeque::new(),
             history_limit: history_limit.max(1),
@@ -146,6 +154,47 @@ impl Store {
             .map(|(_, v)| v)
     }
 
+    /// Whether an object with this `metadata.uid` is stored.
+    pub fn uid_exists(&self, uid: &str) -> bool {
+        self.by_uid.contains_key(uid)
+    }
+
+    /// The keys of the objects with an `ownerReference` to `uid`, in key
+    /// order.
+    pub fn dependents_of(&self, uid: &str) -> Vec<ObjKey> {
+        self.dependents
+            .get(uid)
+            .map(|keys| keys.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Adds (or, with `add` false, drops) `obj` under `key` in the uid and
+    /// owner indexes.
+    fn index(&mut self, key: &ObjKey, obj: &Value, add: bool) {
+        let meta = &obj["metadata"];
+        if let Some(uid) = meta["uid"].as_str() {
+            if add {
+                self.by_uid.insert(uid.to_string(), key.clone());
+            } else if self.by_uid.get(uid) == Some(key) {
+                self.by_uid.remove(uid);
+            }
+        }
+        let owners = meta["ownerReferences"].as_array().into_iter().flatten();
+        for owner in owners.filter_map(|r| r["uid"].as_str()) {
+            if add {
+                self.dependents
+                    .entry(owner.to_string())
+                    .or_default()
+                    .insert(key.clone());
+            } else if let Some(keys) = self.dependents.get_mut(owner) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.dependents.remove(owner);
+                }
+            }
+        }
+    }
+
     pub fn keys_where(&self, mut f: impl FnMut(&ObjKey, &Value) -> bool) -> Vec<ObjKey> {
         self.objects
             .iter()
@@ -160,6 +209,10 @@ impl Store {
         set_rv(&mut obj, self.rv);
         let obj = Arc::new(obj);
         let prev = self.objects.insert(key.clone(), obj.clone());
+        if let Some(prev) = &prev {
+            self.index(&key, prev, false);
+        }
+        self.index(&key, &obj, true);
         let etype = if prev.is_some() {
             EventType::Modified
         } else {
@@ -171,7 +224,9 @@ impl Store {
 
     /// Removes an object, emitting DELETED with a fresh resourceVersion.
     pub fn remove(&mut self, key: &ObjKey) -> Option<Arc<Value>> {
-        let mut obj = Arc::unwrap_or_clone(self.objects.remove(key)?);
+        let obj = self.objects.remove(key)?;
+        self.index(key, &obj, false);
+        let mut obj = Arc::unwrap_or_clone(obj);
         self.rv += 1;
         set_rv(&mut obj, self.rv);
         let obj = Arc::new(obj);

@@ -434,8 +434,23 @@ async fn garbage_collection_of_dependents() {
         serde_json::from_value(oref(&other)).unwrap(),
     ]);
     cms.create(&PostParams::default(), &shared).await.unwrap();
+    // Owned once, then let go by an update: no longer a dependent.
+    let mut released = cm("released", json!({}));
+    released.metadata.owner_references = Some(vec![serde_json::from_value(oref(&owner)).unwrap()]);
+    cms.create(&PostParams::default(), &released).await.unwrap();
+    cms.patch(
+        "released",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"ownerReferences": null}})),
+    )
+    .await
+    .unwrap();
 
     cms.delete("owner", &DeleteParams::default()).await.unwrap();
+    assert!(
+        emu.get("configmaps", "default", "released").is_some(),
+        "let go before the delete"
+    );
     assert!(emu.get("configmaps", "default", "child").is_none());
     assert!(emu.get("configmaps", "default", "grandchild").is_none());
     let shared = emu
