@@ -51,7 +51,8 @@
 //! each kind, asserting only that every phase converges, that the restart
 //! writes nothing, that the floors carry the traffic they stand for, and
 //! that every edit converged. `SHARDGATE_BENCH_CLUSTERS=10,100` picks sizes,
-//! `SHARDGATE_BENCH_TIMEOUT_S` the time a phase (or one edit) may take, and
+//! `SHARDGATE_BENCH_TIMEOUT_S` the time a phase (or one edit) may take,
+//! `SHARDGATE_BENCH_LOG` the operator's `RUST_LOG` (default `warn`), and
 //! `SHARDGATE_BENCH_WRAPPER` a command to run the operator under (a
 //! profiler: `valgrind --tool=callgrind`).
 
@@ -189,7 +190,10 @@ impl Operator {
                     .then_some("--wasm-pooling=false")
                     .as_slice(),
             )
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("SHARDGATE_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -527,6 +531,17 @@ fn print_edits(what: &str, l: &edits::Latencies) {
         l.median_ms(),
         l.p99_ms()
     );
+    // The edits over twice the median, to find what they have in common.
+    let median = l.median_ms();
+    for (i, (sent, took)) in l.sent.iter().zip(&l.samples).enumerate() {
+        let ms = took.as_secs_f64() * 1000.0;
+        if ms > 2.0 * median {
+            println!(
+                "           slow: edit {i}, sent {:.1} s into P6, took {ms:.1} ms",
+                sent.as_secs_f64()
+            );
+        }
+    }
 }
 
 /// The floor under one size's first start, and the first start against it.

@@ -69,6 +69,8 @@ impl Edit {
 pub struct Latencies {
     pub edit: Edit,
     pub samples: Vec<Duration>,
+    /// When each edit was sent, since the first edit of any kind was.
+    pub sent: Vec<Duration>,
 }
 
 impl Latencies {
@@ -104,10 +106,13 @@ pub async fn run(
 ) -> anyhow::Result<Vec<Latencies>> {
     let api: Api<ValkeyCluster> = Api::namespaced(emu.client().await?, ns);
     let mut all = Vec::new();
+    let first = Instant::now();
     for edit in Edit::ALL {
         let mut samples = Vec::with_capacity(count);
+        let mut sent = Vec::with_capacity(count);
         for i in 0..count {
             let started = Instant::now();
+            sent.push(started - first);
             let patched = api
                 .patch(
                     name,
@@ -126,7 +131,11 @@ pub async fn run(
             .with_context(|| format!("{} edit {i} of {ns}/{name}", edit.name()))?;
             samples.push(took);
         }
-        all.push(Latencies { edit, samples });
+        all.push(Latencies {
+            edit,
+            samples,
+            sent,
+        });
     }
     Ok(all)
 }

@@ -69,9 +69,9 @@ pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Acti
     ctx.metrics.reconciles.inc();
     let result = run(&vc, &ctx).await;
     // A poll that follows is the wait between looks, not part of one.
-    ctx.metrics
-        .reconcile_seconds
-        .observe(started.elapsed().as_secs_f64());
+    let took = started.elapsed();
+    ctx.metrics.reconcile_seconds.observe(took.as_secs_f64());
+    debug!(?took, ok = result.is_ok(), "looked");
     let obj = ObjectRef::from_obj(vc.as_ref());
     match &result {
         Ok(_) => {
