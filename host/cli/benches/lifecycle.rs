@@ -42,6 +42,8 @@
 //! 127.0.1.x and the NodePorts).
 //!
 //! - `cargo bench -p shardgate --bench lifecycle`: 3 runs of each.
+//! - `SHARDGATE_BENCH_LOG=shardgate_operator=debug`: the operator's logs
+//!   (it runs in this process) to standard error, with their times.
 //! - quick (`SHARDGATE_BENCH_QUICK=1`, `-- --quick`, or `cargo test
 //!   --benches`): one run of each with 10,000 keys; asserts only that each
 //!   operation reached Ready with every key, never timings.
@@ -330,6 +332,13 @@ fn main() -> anyhow::Result<()> {
     let quick = invocation.quick();
     if invocation.has("--list") {
         return Ok(());
+    }
+    if let Ok(filter) = std::env::var("SHARDGATE_BENCH_LOG") {
+        // The operator runs in this process: its logs, to standard error.
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
     }
     let (runs, keys) = if quick { (1, 10_000) } else { (3, 100_000) };
     let server = server_binary::find(None).map_err(|e| {
