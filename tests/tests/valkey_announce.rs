@@ -335,7 +335,7 @@ async fn apply_all(settings: &[Vec<(String, String)>]) -> Vec<usize> {
     for (i, s) in settings.iter().enumerate() {
         // Connect by pod IP, as the operator does.
         let mut node = NodeClient::connect(pod_addr(i), None).await.unwrap();
-        changed.push(node.apply_announce(s).await.unwrap());
+        changed.push(node.apply_announce(s).await.unwrap().len());
     }
     changed
 }

@@ -42,6 +42,9 @@ pub struct Context {
     pub said: Said,
     /// The live `spec.config` each Valkey node (by ID) was last given.
     pub settings_set: Mutex<HashMap<String, String>>,
+    /// The meets Valkey nodes (by ID) made lately to spread news, whose
+    /// broken links are not taken for moved nodes.
+    pub spreads: Arc<shardgate_valkey::Spreads>,
     modules: Arc<ModuleManager>,
     failures: Mutex<HashMap<ObjectRef<ValkeyCluster>, u32>>,
     /// When each cluster's old topology Services were first found retiring.
@@ -71,6 +74,7 @@ impl Context {
             recent: Default::default(),
             said: Said::default(),
             settings_set: Mutex::new(HashMap::new()),
+            spreads: Arc::default(),
             modules,
             failures: Mutex::new(HashMap::new()),
             retiring: Default::default(),

@@ -16,6 +16,24 @@ const NUMERIC_KEYS: [&str; 2] = [
 /// lower case whatever case they were set in.
 const ENUM_KEYS: [&str; 1] = ["cluster-preferred-endpoint-type"];
 
+/// The announce settings that other nodes tell clients of (in `CLUSTER
+/// SLOTS`, `CLUSTER NODES` and redirects), learnt by gossip. The human node
+/// name and the preferred endpoint type are the node's own: a change of
+/// them has nothing to spread.
+const TOLD_BY_OTHERS: [&str; 5] = [
+    "cluster-announce-hostname",
+    "cluster-announce-client-ipv4",
+    "cluster-announce-client-ipv6",
+    "cluster-announce-client-port",
+    "cluster-announce-client-tls-port",
+];
+
+/// Whether other nodes tell clients what a node has for `key`, so that a
+/// change of it must spread to them.
+pub fn told_by_others(key: &str) -> bool {
+    TOLD_BY_OTHERS.contains(&key)
+}
+
 /// Whether `key` is one of the client-facing announce settings shardgate
 /// manages. Nothing else may be changed through [`crate::NodeClient`].
 pub fn is_managed(key: &str) -> bool {
@@ -63,6 +81,18 @@ mod tests {
         p.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn only_what_other_nodes_tell_clients_is_spread() {
+        for key in announce::KEYS {
+            let want = !matches!(
+                key,
+                "cluster-announce-human-nodename" | "cluster-preferred-endpoint-type"
+            );
+            assert_eq!(told_by_others(key), want, "{key}");
+        }
+        assert!(!told_by_others("maxmemory"));
     }
 
     #[test]

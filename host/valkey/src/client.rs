@@ -350,9 +350,10 @@ impl NodeClient {
     /// Reads the current values with one `CONFIG GET` and sets only those that
     /// differ, all in one `CONFIG SET`, which Valkey applies atomically: a
     /// client never sees, say, the new client port with the old client IP.
-    /// Returns how many settings changed; 0 (and no write) when everything is
-    /// already in place. Only the client-facing announce settings may be given.
-    pub async fn apply_announce(&mut self, settings: &[(String, String)]) -> Result<usize> {
+    /// Returns the keys that changed, in the order given; none (and no write)
+    /// when everything is already in place. Only the client-facing announce
+    /// settings may be given.
+    pub async fn apply_announce(&mut self, settings: &[(String, String)]) -> Result<Vec<String>> {
         let mut keys: Vec<&str> = Vec::with_capacity(settings.len());
         for (key, _) in settings {
             if !announce::is_managed(key) {
@@ -373,7 +374,7 @@ impl NodeClient {
         let get = |k: &str| current.get(k).map(String::as_str);
         let changes = announce::changes(settings, &get);
         if changes.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let mut cmd = redis::cmd("CONFIG");
         cmd.arg("SET");
@@ -383,7 +384,7 @@ impl NodeClient {
         cmd.query_async::<()>(&mut self.conn)
             .await
             .map_err(|source| self.rejected(&changes, source))?;
-        Ok(changes.len())
+        Ok(changes.into_iter().map(|(k, _)| k.to_string()).collect())
     }
 
     /// Sets the user's `settings` (`spec.config`, checked by the guest:

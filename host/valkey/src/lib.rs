@@ -15,10 +15,12 @@ pub mod announce;
 pub mod client;
 pub mod cluster_nodes;
 pub mod nodes;
+pub mod spreads;
 pub mod tls;
 
 pub use client::{
     BUS_PORT, CLIENT_PORT, DEFAULT_TIMEOUT, Dial, Error, Facts, Login, NodeClient, Result, TlsFiles,
 };
-pub use nodes::{AclSync, Nodes, StepError, TlsSync, describe};
+pub use nodes::{AclSync, Announced, Nodes, SETTLE_WITHIN, StepError, TlsSync, describe};
+pub use spreads::Spreads;
 pub use tls::{Trust, TrustError};

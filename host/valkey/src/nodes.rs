@@ -8,21 +8,34 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use shardgate_contract::model::{Desired, NodeRef, Step, ValkeyNode};
 use tracing::{debug, info};
 
+use crate::announce;
 use crate::client::{self as valkey, CLIENT_PORT, Dial, NodeClient, TlsFiles};
+use crate::spreads::Spreads;
 use rustls_pki_types::CertificateDer;
 
 /// How long connecting to a node and each command may take in a reconcile.
 pub const TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest [`Nodes::announce_settled`] waits for a changed announcement
+/// to spread.
+pub const SETTLE_WITHIN: Duration = Duration::from_secs(1);
+/// How often it looks.
+const WAIT_POLL: Duration = Duration::from_millis(10);
 
 /// The nodes that answered, by (shard, node).
 #[derive(Default)]
 pub struct Nodes {
     nodes: BTreeMap<(u32, u32), Answered>,
+    /// Nodes with news to spread (new slots, a changed announcement), and
+    /// to whom.
+    news: Vec<(NodeRef, Known)>,
+    /// The meets made lately to spread news, across looks.
+    spreads: Arc<Spreads>,
 }
 
 struct Answered {
@@ -37,10 +50,12 @@ impl Nodes {
     /// Connects to every target (a node and its pod IP) and reads its
     /// facts, all at once. A node that does not answer is left out (the
     /// guest then plans around it) and logged.
-    /// Each node is reached as `dial` says.
+    /// Each node is reached as `dial` says. `spreads` are the meets made
+    /// lately to spread news, which [`Nodes::spread_news`] adds to.
     pub async fn observe(
         targets: impl IntoIterator<Item = (NodeRef, IpAddr)>,
         dial: &Dial,
+        spreads: Arc<Spreads>,
     ) -> Self {
         let answers = futures::future::join_all(targets.into_iter().map(|(at, ip)| async move {
             let at = (at.shard, at.node);
@@ -54,7 +69,8 @@ impl Nodes {
         for answer in answers {
             match answer {
                 Ok((at, ip, client, f)) => {
-                    let (facts, announced) = split(at, f);
+                    let (mut facts, announced) = split(at, f);
+                    spreads.relink(&mut facts, Instant::now());
                     nodes.insert(
                         at,
                         Answered {
@@ -68,7 +84,11 @@ impl Nodes {
                 Err(e) => debug!(error = %e, "node did not answer"),
             }
         }
-        Nodes { nodes }
+        Nodes {
+            nodes,
+            news: Vec::new(),
+            spreads,
+        }
     }
 
     /// Reads every answering node's facts again, over the connection the
@@ -77,10 +97,12 @@ impl Nodes {
     /// first. A node that no longer answers is a change too (the next look
     /// plans around it).
     pub async fn refresh(&mut self) -> bool {
+        let spreads = &self.spreads;
         let changes = futures::future::join_all(self.nodes.iter_mut().map(|(&at, a)| async move {
             match a.client.facts().await {
                 Ok(f) => {
-                    let (facts, announced) = split(at, f);
+                    let (mut facts, announced) = split(at, f);
+                    spreads.relink(&mut facts, Instant::now());
                     let changed = facts != a.facts || announced != a.announced;
                     a.facts = facts;
                     a.announced = announced;
@@ -114,27 +136,30 @@ impl Nodes {
     }
 
     /// Makes every answering node of `desired` announce what the guest
-    /// computed; a node whose settings changed tells the nodes it knows at
-    /// once ([`Nodes::spread`]). Returns how many settings changed.
-    pub async fn announce(&mut self, desired: &Desired) -> Result<usize, valkey::Error> {
+    /// computed; a node whose settings that other nodes tell clients of
+    /// changed tells the nodes it knows at once ([`Nodes::spread_news`]).
+    pub async fn announce(&mut self, desired: &Desired) -> Result<Announced, valkey::Error> {
         let mut changed = 0;
         let mut moved = Vec::new();
         for n in &desired.nodes {
             if let Some(a) = self.nodes.get_mut(&(n.shard, n.node)) {
                 let set = a.client.apply_announce(&n.announce).await?;
-                if set > 0 {
+                if set.iter().any(|k| announce::told_by_others(k)) {
                     moved.push(NodeRef {
                         shard: n.shard,
                         node: n.node,
                     });
                 }
-                changed += set;
+                changed += set.len();
             }
         }
-        for at in moved {
-            self.spread(at, Known::Only).await?;
-        }
-        Ok(changed)
+        self.news
+            .extend(moved.into_iter().map(|at| (at, Known::Only)));
+        let meets = self.spread_news().await?;
+        Ok(Announced {
+            settings: changed,
+            meets,
+        })
     }
 
     /// Sets `settings` live on every answering node for which `done` (by
@@ -156,17 +181,25 @@ impl Nodes {
 
     /// Whether every answering node sees every other answering node
     /// announce what that node announces itself: a change of announce
-    /// settings has spread by gossip, so no client can still be redirected
-    /// to an old endpoint. Re-reads each node's view.
-    pub async fn announce_settled(&mut self) -> Result<bool, valkey::Error> {
-        for a in self.nodes.values_mut() {
-            a.announced = a.client.cluster_nodes().await?.announced;
+    /// settings has spread, so no client can still be redirected to an old
+    /// endpoint. Re-reads each node's view, every 10 ms until they agree or
+    /// `within` has passed (once with zero).
+    pub async fn announce_settled(&mut self, within: Duration) -> Result<bool, valkey::Error> {
+        let started = tokio::time::Instant::now();
+        loop {
+            for a in self.nodes.values_mut() {
+                a.announced = a.client.cluster_nodes().await?.announced;
+            }
+            let agreed = announce_agreed(
+                self.nodes
+                    .values()
+                    .map(|a| (a.facts.id.as_str(), &a.announced)),
+            );
+            if agreed || started.elapsed() >= within {
+                return Ok(agreed);
+            }
+            tokio::time::sleep(WAIT_POLL).await;
         }
-        Ok(announce_agreed(
-            self.nodes
-                .values()
-                .map(|a| (a.facts.id.as_str(), &a.announced)),
-        ))
     }
 
     /// Brings every answering node's ACL to the revision whose marker user
@@ -233,7 +266,9 @@ impl Nodes {
             }
             Step::AddSlots(a) => {
                 self.get(a.node)?.client.add_slots(&a.slots).await?;
-                self.spread(a.node, Known::Any).await
+                // Spread with the plan's other news, by the caller.
+                self.news.push((a.node, Known::Any));
+                Ok(())
             }
             Step::Replicate(r) => {
                 let primary = self.get(r.primary)?.facts.id.clone();
@@ -257,29 +292,41 @@ impl Nodes {
         }
     }
 
-    /// Makes other answering nodes learn now what node `at` says of itself
-    /// (the slots it serves, what it announces): `at` meets each of them
-    /// again, and the handshake's first message carries its slot map and
-    /// announce fields. Gossip alone tells a node only when `at` next pings
-    /// it, up to `cluster-node-timeout / 2` later. A meet of a node already
-    /// known is dropped once its ID shows.
+    /// Makes the other answering nodes learn now what each node with news
+    /// says of itself (the slots it was given, what it announces). The
+    /// links these meets break are reported linked for a while
+    /// ([`Spreads`]). Returns how many meets were made.
+    ///
+    /// A node with news meets each of the others again, and the handshake's
+    /// first message carries its slot map and announce fields. Gossip alone
+    /// tells a node only when the other next pings it, up to
+    /// `cluster-node-timeout / 2` later. A meet of a node already known is
+    /// dropped once its ID shows. Two nodes that both have news each meet
+    /// the other: the answer to a meet, on the handshake's link, is dropped
+    /// with the handshake before its news is read.
     ///
     /// Measured with a client on 3x1 and 10x2 clusters whose slots were
     /// added after every node knew the anchor: every node reported
     /// `cluster_state:ok` 2.1-2.2 s after the servers started with these
     /// meets (Valkey's own 2 s writable delay), 3.0-5.6 s without.
-    async fn spread(&mut self, at: NodeRef, to: Known) -> Result<(), valkey::Error> {
-        let me = self.get(at)?.facts.clone();
-        let others = spread_to(
-            &me,
-            to,
-            self.nodes.values().map(|a| (a.facts.id.as_str(), a.ip)),
-        );
-        let node = self.get(at)?;
-        for ip in others {
-            node.client.meet(ip).await?;
+    pub async fn spread_news(&mut self) -> Result<usize, valkey::Error> {
+        let mut meets = 0;
+        for (at, to) in std::mem::take(&mut self.news) {
+            let me = self.get(at)?.facts.clone();
+            let others = spread_to(
+                &me,
+                to,
+                self.nodes.values().map(|a| (a.facts.id.as_str(), a.ip)),
+            );
+            let node = self.get(at)?;
+            for (_, ip) in &others {
+                node.client.meet(*ip).await?;
+            }
+            meets += others.len();
+            let met = others.into_iter().map(|(id, _)| id).collect();
+            self.spreads.record(&me.id, met, Instant::now());
         }
-        Ok(())
+        Ok(meets)
     }
 
     fn get(&mut self, at: NodeRef) -> Result<&mut Answered, valkey::Error> {
@@ -296,7 +343,7 @@ impl Nodes {
     }
 }
 
-/// Which other nodes [`Nodes::spread`] meets.
+/// Which other nodes a node with news meets ([`Nodes::spread_news`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Known {
     /// Every answering node: a primary given slots is meant to be in one
@@ -315,11 +362,11 @@ fn spread_to<'a>(
     me: &ValkeyNode,
     to: Known,
     others: impl Iterator<Item = (&'a str, IpAddr)>,
-) -> Vec<IpAddr> {
+) -> Vec<(String, IpAddr)> {
     others
         .filter(|(id, _)| *id != me.id)
         .filter(|(id, _)| to == Known::Any || me.peers.iter().any(|p| p.id == *id))
-        .map(|(_, ip)| ip)
+        .map(|(id, ip)| (id.to_string(), ip))
         .collect()
 }
 
@@ -339,6 +386,16 @@ fn split((shard, node): (u32, u32), f: valkey::Facts) -> (ValkeyNode, BTreeMap<S
         version: f.version,
     };
     (facts, f.view.announced)
+}
+
+/// What [`Nodes::announce`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Announced {
+    /// Settings changed.
+    pub settings: usize,
+    /// Meets made to spread the changes: none when no node that changed
+    /// knew another yet.
+    pub meets: usize,
 }
 
 /// What [`Nodes::sync_acl`] did.
@@ -510,11 +567,12 @@ mod tests {
         };
         let ip = |i: u8| IpAddr::from([127, 0, 1, i]);
         let answering = [("a", ip(1)), ("b", ip(2)), ("c", ip(3))];
+        let at = |id: &str, i| (id.to_string(), ip(i));
         for (to, want) in [
             // A primary given slots: all of them, never itself.
-            (Known::Any, vec![ip(2), ip(3)]),
+            (Known::Any, vec![at("b", 2), at("c", 3)]),
             // A changed announcement: not `c`, which the plan keeps out.
-            (Known::Only, vec![ip(2)]),
+            (Known::Only, vec![at("b", 2)]),
         ] {
             assert_eq!(spread_to(&me, to, answering.into_iter()), want, "{to:?}");
         }

@@ -343,7 +343,7 @@ pub async fn announce(nodes: &mut [Reached], to: &Endpoints, spread: bool) -> an
                 ("cluster-announce-client-port".into(), port.to_string()),
             ])
             .await?;
-        if spread && changed > 0 {
+        if spread && !changed.is_empty() {
             for &peer in ips.iter().filter(|&&p| p != n.ip) {
                 n.client.meet(peer).await?;
             }

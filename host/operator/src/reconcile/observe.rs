@@ -41,7 +41,7 @@ pub async fn valkey(ctx: &Context, snapshot: &Snapshot, access: &Access) -> Opti
         tls: access.tls.as_ref().map(|m| m.trust.clone()),
         timeout: shardgate_valkey::nodes::TIMEOUT,
     };
-    Some(Nodes::observe(snapshot.valkey_targets(), &dial).await)
+    Some(Nodes::observe(snapshot.valkey_targets(), &dial, ctx.spreads.clone()).await)
 }
 
 /// The names of the other clusters in `namespace`, for the guest's

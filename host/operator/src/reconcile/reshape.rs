@@ -6,6 +6,8 @@
 //! announced before their Services go, and departing shards are drained
 //! first (the guest keeps their objects in `desired` until then).
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
@@ -15,7 +17,7 @@ use shardgate_contract::paths;
 use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_k8s::snapshot::Snapshot;
 use shardgate_valkey::tls::CertificateDer;
-use shardgate_valkey::{Nodes, TlsFiles, TlsSync, describe};
+use shardgate_valkey::{Nodes, SETTLE_WITHIN, TlsFiles, TlsSync, describe};
 use tracing::info;
 
 use super::{Error, events};
@@ -62,12 +64,23 @@ pub async fn run(
     if tls.reloaded > 0 {
         info!(nodes = tls.reloaded, "TLS certificate reloaded live");
     }
-    let settings = nodes.announce(desired).await?;
-    if settings > 0 {
-        info!(settings, "announce settings changed live");
+    let announced = nodes.announce(desired).await?;
+    if announced.settings > 0 {
+        info!(
+            settings = announced.settings,
+            "announce settings changed live"
+        );
     }
     set_config(ctx, nodes, &desired.live_settings).await?;
-    let announce_spreading = !nodes.announce_settled().await?;
+    // A change spread by meets reaches every node in about 0.1 s: waited
+    // for here, so the prune need not wait for another look. A cluster
+    // still forming agrees only as gossip goes, and is not waited for.
+    let within = if announced.meets > 0 {
+        SETTLE_WITHIN
+    } else {
+        Duration::ZERO
+    };
+    let announce_spreading = !nodes.announce_settled(within).await?;
     let steps = &desired.topology.steps;
     for (i, step) in steps.iter().enumerate() {
         match step {
@@ -95,6 +108,8 @@ pub async fn run(
             _ => nodes.run_step(i, step).await?,
         }
     }
+    // Primaries given slots tell every node at once.
+    nodes.spread_news().await?;
     let count = |f: fn(&Step) -> bool| steps.iter().filter(|s| f(s)).count() as u64;
     ctx.metrics.cluster_steps(
         &super::status::labels(vc),
