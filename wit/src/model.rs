@@ -677,7 +677,8 @@ pub struct NodeRef {
 pub struct Peer {
     pub id: String,
     pub failed: bool,
-    /// The cluster-bus link is up and the peer is not suspected.
+    /// The cluster-bus link is up and the peer is not suspected; or the
+    /// host's own meet, to spread news, broke it within the last second.
     pub linked: bool,
 }
 
