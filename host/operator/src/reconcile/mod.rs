@@ -57,22 +57,51 @@ pub const CACHE_RECHECK: Duration = Duration::from_millis(200);
 /// look.
 pub const TOPOLOGY_RECHECK: Duration = Duration::from_secs(1);
 
+/// The most looks one reconcile takes in a row while Valkey reshapes
+/// before it hands the cluster back to the controller's queue (about this
+/// many seconds at most, as each poll lasts at most [`TOPOLOGY_RECHECK`]).
+pub const LOOKS_IN_A_ROW: u32 = 30;
+
 /// Reconciles one cluster through every stage and says when to look at it
-/// again; until the caches are listed it only requeues.
+/// again; until the caches are listed it only requeues. While Valkey
+/// reshapes, a look is followed by a poll ([`poll`]) and the next look at
+/// once, within this call: the controller's debounce delays only what the
+/// watches report, not the operator's own next look.
 #[tracing::instrument(skip_all, fields(cluster = %vc.name_any(), namespace = vc.namespace().unwrap_or_default()))]
 pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     if !ctx.caches.synced() {
         // Not counted as a reconcile: nothing was looked at.
         return Ok(Action::requeue(CACHE_RECHECK));
     }
+    let obj = ObjectRef::from_obj(vc.as_ref());
+    let mut vc = vc;
+    for _ in 0..LOOKS_IN_A_ROW {
+        let mut wait = match look(&vc, &ctx).await? {
+            Looked::Done(action) => return Ok(action),
+            Looked::Poll(wait) => wait,
+        };
+        let polled = wait.until_changed(&ctx, &vc).await;
+        debug!(?polled, waiting = %wait.waiting, "polled the reshaping cluster");
+        // The next look sees the spec as the cache holds it now.
+        vc = match ctx.clusters.get(&obj) {
+            Some(latest) => latest,
+            None => return Ok(Action::await_change()),
+        };
+    }
+    Ok(Action::requeue(Duration::ZERO))
+}
+
+/// One look: every stage once, timed and counted, its failure written to
+/// status.
+async fn look(vc: &ValkeyCluster, ctx: &Context) -> Result<Looked, Error> {
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
-    let result = run(&vc, &ctx).await;
+    let result = run(vc, ctx).await;
     // A poll that follows is the wait between looks, not part of one.
     let took = started.elapsed();
     ctx.metrics.reconcile_seconds.observe(took.as_secs_f64());
     debug!(?took, ok = result.is_ok(), "looked");
-    let obj = ObjectRef::from_obj(vc.as_ref());
+    let obj = ObjectRef::from_obj(vc);
     match &result {
         Ok(_) => {
             ctx.succeeded(&obj);
@@ -83,19 +112,12 @@ pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Acti
             let outcome = Outcome::Failed {
                 message: e.to_string(),
             };
-            if let Err(e) = status::publish(&vc, &ctx, &outcome).await {
+            if let Err(e) = status::publish(vc, ctx, &outcome).await {
                 warn!(error = %e, "could not write the failure to status");
             }
         }
     }
-    match result? {
-        Looked::Done(action) => Ok(action),
-        Looked::Poll(mut wait) => {
-            let polled = wait.until_changed(&ctx, &vc).await;
-            debug!(?polled, waiting = %wait.waiting, "polled the reshaping cluster");
-            Ok(Action::requeue(Duration::ZERO))
-        }
-    }
+    result
 }
 
 /// How a look ended.

@@ -1,12 +1,13 @@
 //! Between looks while Valkey reshapes ([`Recheck::Adaptive`]): the nodes
 //! the look reached are asked for their facts again over the same
-//! connections, soon and then less and less often, and the reconcile ends
-//! as soon as anything the plan was made from changed: a node's facts, the
-//! cluster's Pods, or its spec. The next look then plans at once, so each
-//! phase starts about when Valkey allows it instead of on a fixed tick; a
-//! phase that needs no wait (slots assigned, then replicas told whom to
-//! follow) shows as changed facts at the first poll, right after the
-//! steps ran. The guest stays pure: only the host decides when to ask.
+//! connections, soon and then less and less often, and the poll ends as soon
+//! as anything the plan was made from changed: a node's facts, the cluster's
+//! Pods, or its spec. The next look, in the same reconcile (no debounce),
+//! then plans at once, so each phase starts about when Valkey allows it
+//! instead of on a fixed tick; a phase that needs no wait (slots assigned,
+//! then replicas told whom to follow) shows as changed facts at the first
+//! poll, right after the steps ran. The guest stays pure: only the host
+//! decides when to ask.
 //!
 //! [`Recheck::Adaptive`]: super::Recheck::Adaptive
 
