@@ -44,6 +44,8 @@
 //! - `cargo bench -p shardgate --bench lifecycle`: 3 runs of each.
 //! - `SHARDGATE_BENCH_LOG=shardgate_operator=debug`: the operator's logs
 //!   (it runs in this process) to standard error, with their times.
+//! - `SHARDGATE_BENCH_DEBOUNCE_MS=N`: the operator's debounce (`shardgate
+//!   run --debounce-ms`), else its default.
 //! - quick (`SHARDGATE_BENCH_QUICK=1`, `-- --quick`, or `cargo test
 //!   --benches`): one run of each with 10,000 keys; asserts only that each
 //!   operation reached Ready with every key, never timings.
@@ -132,13 +134,13 @@ async fn external_seed(sandbox: &Sandbox) -> anyhow::Result<String> {
     Ok(format!("{}:{}", e.host, e.port))
 }
 
-async fn operator_run(server: &Path, keys: usize) -> anyhow::Result<Timed> {
+async fn operator_run(server: &Path, keys: usize, debounce: Duration) -> anyhow::Result<Timed> {
     let work = ScratchDir::unmade("bench-lifecycle");
-    let sandbox = Sandbox::start(
-        cluster(3, true)?,
-        Options::new(server.into(), work.path().into()),
-    )
-    .await?;
+    let options = Options {
+        debounce,
+        ..Options::new(server.into(), work.path().into())
+    };
+    let sandbox = Sandbox::start(cluster(3, true)?, options).await?;
     let result = async {
         let ready = sandbox.wait_ready(TIMEOUT).await?;
         let login = Login {
@@ -341,6 +343,11 @@ fn main() -> anyhow::Result<()> {
             .init();
     }
     let (runs, keys) = if quick { (1, 10_000) } else { (3, 100_000) };
+    let debounce = match std::env::var("SHARDGATE_BENCH_DEBOUNCE_MS") {
+        Ok(ms) => Duration::from_millis(ms.parse().context("SHARDGATE_BENCH_DEBOUNCE_MS")?),
+        Err(_) => shardgate_operator::DEBOUNCE,
+    };
+    println!("operator debounce: {} ms", debounce.as_millis());
     let server = server_binary::find(None).map_err(|e| {
         anyhow::anyhow!("lifecycle needs a real valkey-server and does not skip without one: {e:#}")
     })?;
@@ -371,7 +378,7 @@ fn main() -> anyhow::Result<()> {
                 access.gossip_enable.as_secs_f64()
             );
             access_floors.push(access);
-            let t = operator_run(&server, keys).await?;
+            let t = operator_run(&server, keys, debounce).await?;
             println!(
                 "run {}/{runs}: scale-out {:.2} s, rolling restart {:.2} s, disable {:.2} s, \
                  enable {:.2} s",

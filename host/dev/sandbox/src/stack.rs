@@ -61,6 +61,9 @@ pub struct Options {
     /// How soon the operator looks again at a reshaping cluster (the
     /// default, adaptive; benches compare it with a fixed tick).
     pub recheck: operator::Recheck,
+    /// How long the operator gathers one cluster's watch events before it
+    /// reconciles ([`operator::DEBOUNCE`] by default; benches vary it).
+    pub debounce: Duration,
     /// Run the operator in this process (the default). Off, the sandbox
     /// runs everything but the operator, and the caller runs it (in
     /// processes of its own, to kill them, say).
@@ -86,6 +89,7 @@ impl Options {
             gateway_network: Ipv4Addr::new(127, 0, 6, 0),
             objects: Vec::new(),
             recheck: operator::Recheck::default(),
+            debounce: operator::DEBOUNCE,
             operator: true,
             manage_valkey: true,
         }
@@ -323,7 +327,7 @@ impl Sandbox {
                     identity: "shardgate-sandbox".into(),
                     reconcile_all: Some(resync.clone()),
                     manage_valkey: options.manage_valkey,
-                    debounce: operator::DEBOUNCE,
+                    debounce: options.debounce,
                     recheck: options.recheck,
                     apply_shortcuts: true,
                 },
