@@ -57,10 +57,12 @@ pub const CACHE_RECHECK: Duration = Duration::from_millis(200);
 /// look.
 pub const TOPOLOGY_RECHECK: Duration = Duration::from_secs(1);
 
-/// The most looks one reconcile takes in a row while Valkey reshapes
-/// before it hands the cluster back to the controller's queue (about this
-/// many seconds at most, as each poll lasts at most [`TOPOLOGY_RECHECK`]).
-pub const LOOKS_IN_A_ROW: u32 = 30;
+/// How long one reconcile keeps looking again by itself while Valkey
+/// reshapes before it hands the cluster back to the controller's queue. A
+/// stopping controller (lease lost, shutdown) waits for the reconciles in
+/// flight, so none may run long: with the last poll (at most
+/// [`TOPOLOGY_RECHECK`]), one reconcile lasts about two of these at most.
+pub const LOOKING_AT_MOST: Duration = TOPOLOGY_RECHECK;
 
 /// Reconciles one cluster through every stage and says when to look at it
 /// again; until the caches are listed it only requeues. While Valkey
@@ -75,20 +77,23 @@ pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Acti
     }
     let obj = ObjectRef::from_obj(vc.as_ref());
     let mut vc = vc;
-    for _ in 0..LOOKS_IN_A_ROW {
+    let started = Instant::now();
+    loop {
         let mut wait = match look(&vc, &ctx).await? {
             Looked::Done(action) => return Ok(action),
             Looked::Poll(wait) => wait,
         };
         let polled = wait.until_changed(&ctx, &vc).await;
         debug!(?polled, waiting = %wait.waiting, "polled the reshaping cluster");
+        if started.elapsed() >= LOOKING_AT_MOST {
+            return Ok(Action::requeue(Duration::ZERO));
+        }
         // The next look sees the spec as the cache holds it now.
         vc = match ctx.clusters.get(&obj) {
             Some(latest) => latest,
             None => return Ok(Action::await_change()),
         };
     }
-    Ok(Action::requeue(Duration::ZERO))
 }
 
 /// One look: every stage once, timed and counted, its failure written to
