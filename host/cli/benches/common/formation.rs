@@ -373,3 +373,130 @@ pub async fn announce(nodes: &mut [Reached], to: &Endpoints, spread: bool) -> an
         tokio::time::sleep(FLOOR_POLL).await;
     }
 }
+
+/// The pod of the node at `at`.
+pub fn pod_name((shard, node): (u32, u32)) -> String {
+    format!(
+        "{}-0",
+        shardgate_contract::names::node_object(NAME, shard, node)
+    )
+}
+
+/// Waits until every StatefulSet of the nodes at `places` has `image` in
+/// its template: the operator's apply, which the floor's operator does
+/// too, so that a pod deleted after it comes back with the new template.
+pub async fn templates_have(sandbox: &Sandbox, places: &[(u32, u32)], image: &str) {
+    let emu = sandbox.emulator();
+    let has = |&(s, n): &(u32, u32)| {
+        let name = shardgate_contract::names::node_object(NAME, s, n);
+        emu.get("statefulsets", sandbox.namespace(), &name)
+            .is_some_and(|sts| {
+                sts["spec"]["template"]["spec"]["containers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["image"] == image)
+            })
+    };
+    while !places.iter().all(has) {
+        tokio::time::sleep(FLOOR_POLL).await;
+    }
+}
+
+/// What the operator's plan does to restart the replica at `at` (its pod
+/// deleted, the StatefulSet making it again): once the new process
+/// answers (a new address and, its data gone with the pod, a new ID), it
+/// announces its endpoint in `external` if it has one, meets every other
+/// node, and follows `primary` once it knows it; every other node forgets
+/// its old ID. Returns once every node is ok and in sync, knows the new ID
+/// and not the old one, and the pod is Ready.
+pub async fn restart(
+    sandbox: &Sandbox,
+    nodes: &mut [Reached],
+    at: (u32, u32),
+    primary: (u32, u32),
+    external: &Endpoints,
+    dial: &Dial,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams};
+    let i = index(nodes, at);
+    let (old_id, old_ip) = (nodes[i].id.clone(), nodes[i].ip);
+    let pods: Api<Pod> = Api::namespaced(sandbox.api().into_client(), sandbox.namespace());
+    pods.delete(&pod_name(at), &DeleteParams::default()).await?;
+    while sandbox.pod_ip(at.0, at.1).is_none_or(|ip| ip == old_ip) {
+        tokio::time::sleep(FLOOR_POLL).await;
+    }
+    let mut new = reach(sandbox, &[at], dial).await.remove(0);
+    anyhow::ensure!(new.id != old_id, "{at:?} came back with its old ID");
+    if let Some((host, port)) = external.get(&at) {
+        new.client
+            .apply_announce(&[
+                ("cluster-announce-client-ipv4".into(), host.clone()),
+                ("cluster-announce-client-port".into(), port.to_string()),
+            ])
+            .await?;
+    }
+    nodes[i] = new;
+    for j in (0..nodes.len()).filter(|&j| j != i) {
+        let peer = nodes[j].ip;
+        nodes[i].client.meet(peer).await?;
+        if knows(&nodes[j].client.facts().await?, &old_id) {
+            nodes[j].client.forget(&old_id).await?;
+        }
+    }
+    let primary_id = nodes[index(nodes, primary)].id.clone();
+    wait_all(&mut nodes[i..=i], |_, f| knows(f, &primary_id)).await?;
+    nodes[i].client.replicate(&primary_id).await?;
+    let new_id = nodes[i].id.clone();
+    wait_all(nodes, |j, f| {
+        f.cluster_ok && f.synced && !knows(f, &old_id) && (j == i || knows(f, &new_id))
+    })
+    .await?;
+    // The plan restarts the next pod only once every pod is Ready.
+    let emu = sandbox.emulator();
+    while !emu
+        .get("pods", sandbox.namespace(), &pod_name(at))
+        .is_some_and(|pod| {
+            shardgate_tests::harness::condition_true(&pod["status"]["conditions"], "Ready")
+        })
+    {
+        tokio::time::sleep(FLOOR_POLL).await;
+    }
+    Ok(())
+}
+
+/// What the operator's plan does before restarting a primary: its replica
+/// at `heir` takes over (`CLUSTER FAILOVER`). The primary drops the request
+/// while it has not yet learned (by gossip) that the heir follows it, and
+/// the heir gives up only after Valkey's manual-failover timeout, so the
+/// request is sent again every [`FAILOVER_AGAIN`] until it is done, as the
+/// operator's next look would. Returns once the heir serves the slots, the
+/// primary at `from` follows it, and every node is ok.
+pub async fn hand_over(
+    nodes: &mut [Reached],
+    from: (u32, u32),
+    heir: (u32, u32),
+) -> anyhow::Result<()> {
+    let (p, h) = (index(nodes, from), index(nodes, heir));
+    let heir_id = nodes[h].id.clone();
+    let done = |j: usize, f: &Facts| {
+        f.cluster_ok
+            && (j != h || (f.view.primary.is_none() && !f.view.slots.is_empty()))
+            && (j != p || f.view.primary.as_deref() == Some(heir_id.as_str()))
+    };
+    loop {
+        nodes[h].client.failover().await?;
+        let sent = Instant::now();
+        while sent.elapsed() < FAILOVER_AGAIN {
+            let facts = facts(nodes).await?;
+            if facts.iter().enumerate().all(|(j, f)| done(j, f)) {
+                return Ok(());
+            }
+            tokio::time::sleep(FLOOR_POLL).await;
+        }
+    }
+}
+
+/// How long [`hand_over`] waits before it sends `CLUSTER FAILOVER` again.
+pub const FAILOVER_AGAIN: Duration = Duration::from_millis(100);
