@@ -182,19 +182,23 @@ impl Nodes {
     /// Whether every answering node sees every other answering node
     /// announce what that node announces itself: a change of announce
     /// settings has spread, so no client can still be redirected to an old
-    /// endpoint. Re-reads each node's view, every 10 ms until they agree or
-    /// `within` has passed (once with zero).
-    pub async fn announce_settled(&mut self, within: Duration) -> Result<bool, valkey::Error> {
+    /// endpoint. Nodes at `departing` places are asked only while another
+    /// node still lists them. Re-reads each node's view, every 10 ms until
+    /// they agree or `within` has passed (once with zero).
+    pub async fn announce_settled(
+        &mut self,
+        within: Duration,
+        departing: &[NodeRef],
+    ) -> Result<bool, valkey::Error> {
         let started = tokio::time::Instant::now();
         loop {
             for a in self.nodes.values_mut() {
                 a.announced = a.client.cluster_nodes().await?.announced;
             }
-            let agreed = announce_agreed(
-                self.nodes
-                    .values()
-                    .map(|a| (a.facts.id.as_str(), &a.announced)),
-            );
+            let agreed = announce_agreed(self.nodes.iter().map(|(&(shard, node), a)| {
+                let staying = !departing.contains(&NodeRef { shard, node });
+                (a.facts.id.as_str(), &a.announced, staying)
+            }));
             if agreed || started.elapsed() >= within {
                 return Ok(agreed);
             }
@@ -450,32 +454,40 @@ pub fn describe(step: &Step) -> String {
     }
 }
 
-/// Whether every member of the cluster among `views` (each node's ID and
-/// the addresses its `CLUSTER NODES` gives, by ID) lists every other member
-/// at the address that member gives itself. A member is a node some other
-/// node lists: a node every other one has forgotten (departing) is not
-/// asked about, nor about. A member that does not list another yet is not
-/// agreed: it learns the peer later by gossip, first with the peer's bus
-/// address only (its pod IP), and would hand that to clients (found by the
-/// chaos suite, seed 529481012: a replica added while the operator was
-/// killed).
+/// Whether every member of the cluster among `views` (each node's ID, the
+/// addresses its `CLUSTER NODES` gives, by ID, and whether it stays: not
+/// departing) lists every other member at the address that member gives
+/// itself, and so does every node that stays. A member is a node some
+/// other node lists; only members' own addresses are compared. A departing
+/// node every other one has forgotten is neither asked nor asked about. A
+/// node that does not list a member yet is not agreed: it learns the peer
+/// later by gossip, first with the peer's bus address only (its pod IP),
+/// and would hand that to clients. That holds for a node that stays but no
+/// other node lists yet, too (a new replica whose handshakes are not done):
+/// clients may already reach it at its endpoint (both found by the chaos
+/// suite, seeds 529481012 and 529481011: a replica added while the
+/// operator was killed).
 fn announce_agreed<'a>(
-    views: impl Iterator<Item = (&'a str, &'a BTreeMap<String, String>)> + Clone,
+    views: impl Iterator<Item = (&'a str, &'a BTreeMap<String, String>, bool)> + Clone,
 ) -> bool {
     let listed_by_another = |id: &str| {
         views
             .clone()
-            .any(|(other, seen)| other != id && seen.contains_key(id))
+            .any(|(other, seen, _)| other != id && seen.contains_key(id))
     };
     let members: Vec<(&str, &BTreeMap<String, String>)> = views
         .clone()
-        .filter(|(id, _)| listed_by_another(id))
+        .filter(|(id, _, _)| listed_by_another(id))
+        .map(|(id, seen, _)| (id, seen))
         .collect();
     let own: Vec<(&str, &str)> = members
         .iter()
         .filter_map(|(id, seen)| Some((*id, seen.get(*id)?.as_str())))
         .collect();
-    members.iter().all(|(_, seen)| {
+    let mut asked = views
+        .clone()
+        .filter(|(id, _, staying)| *staying || listed_by_another(id));
+    asked.all(|(_, seen, _)| {
         own.iter()
             .all(|(id, addr)| seen.get(*id).is_some_and(|s| s == addr))
     })
@@ -506,12 +518,13 @@ mod tests {
         let b_self = ("b", "10.0.0.1:30002@16379");
         let b_pod = ("b", "127.0.1.9:6379@16379");
         let c_self = ("c", "10.0.0.1:30003@16379");
-        // (a's view, b's view, c's view) => agreed
+        // (a's view, b's view, c's view, b stays) => agreed
         let cases = [
             (
                 view(&[a_self, b_self, c_self]),
                 view(&[a_self, b_self, c_self]),
                 view(&[a_self, b_self, c_self]),
+                true,
                 true,
             ),
             // a still lists b at its pod address: b's announce has not reached a
@@ -519,6 +532,7 @@ mod tests {
                 view(&[a_self, b_pod, c_self]),
                 view(&[a_self, b_self, c_self]),
                 view(&[a_self, b_self, c_self]),
+                true,
                 false,
             ),
             // a does not list b yet (c does): a learns b later by gossip, at
@@ -527,6 +541,7 @@ mod tests {
                 view(&[a_self, c_self]),
                 view(&[a_self, b_self, c_self]),
                 view(&[a_self, b_self, c_self]),
+                true,
                 false,
             ),
             // b forgotten by every other node (departing, reset or not): not
@@ -535,19 +550,44 @@ mod tests {
                 view(&[a_self, c_self]),
                 view(&[a_self, b_self, c_self]),
                 view(&[a_self, c_self]),
+                false,
                 true,
             ),
             (
                 view(&[a_self, c_self]),
                 view(&[b_self]),
                 view(&[a_self, c_self]),
+                false,
                 true,
             ),
+            // b stays but no other node lists it yet (a new replica whose
+            // handshakes are not done): its own view is asked all the same
+            (
+                view(&[a_self, c_self]),
+                view(&[a_self, b_self, c_self]),
+                view(&[a_self, c_self]),
+                true,
+                true,
+            ),
+            (
+                view(&[a_self, c_self]),
+                view(&[("a", "127.0.1.1:6379@16379"), b_self, c_self]),
+                view(&[a_self, c_self]),
+                true,
+                false,
+            ),
+            (
+                view(&[a_self, c_self]),
+                view(&[b_self]),
+                view(&[a_self, c_self]),
+                true,
+                false,
+            ),
         ];
-        for (i, (a, b, c, agreed)) in cases.iter().enumerate() {
-            let views = [("a", a), ("b", b), ("c", c)];
+        for (i, (a, b, c, b_stays, agreed)) in cases.iter().enumerate() {
+            let views = [("a", a, true), ("b", b, *b_stays), ("c", c, true)];
             assert_eq!(
-                announce_agreed(views.iter().map(|(id, v)| (*id, *v))),
+                announce_agreed(views.iter().map(|(id, v, s)| (*id, *v, *s))),
                 *agreed,
                 "case {i}"
             );

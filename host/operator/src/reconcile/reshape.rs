@@ -80,7 +80,9 @@ pub async fn run(
     } else {
         Duration::ZERO
     };
-    let announce_spreading = !nodes.announce_settled(within).await?;
+    let announce_spreading = !nodes
+        .announce_settled(within, &desired.topology.departing)
+        .await?;
     let steps = &desired.topology.steps;
     for (i, step) in steps.iter().enumerate() {
         match step {
