@@ -85,15 +85,25 @@ pub async fn reconcile(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Acti
         };
         let polled = wait.until_changed(&ctx, &vc).await;
         debug!(?polled, waiting = %wait.waiting, "polled the reshaping cluster");
-        if started.elapsed() >= LOOKING_AT_MOST {
-            return Ok(Action::requeue(Duration::ZERO));
-        }
-        // The next look sees the spec as the cache holds it now.
-        vc = match ctx.clusters.get(&obj) {
-            Some(latest) => latest,
-            None => return Ok(Action::await_change()),
+        vc = match after_poll(started.elapsed(), || ctx.clusters.get(&obj)) {
+            Ok(latest) => latest,
+            Err(action) => return Ok(action),
         };
     }
+}
+
+/// What follows a poll, `looking` into a reconcile: the next look, at the
+/// spec as the cache holds it now (`latest`); or, past
+/// [`LOOKING_AT_MOST`], the controller's queue at once; or, for a cluster
+/// no longer cached (deleted), nothing until it changes.
+fn after_poll(
+    looking: Duration,
+    latest: impl FnOnce() -> Option<Arc<ValkeyCluster>>,
+) -> Result<Arc<ValkeyCluster>, Action> {
+    if looking >= LOOKING_AT_MOST {
+        return Err(Action::requeue(Duration::ZERO));
+    }
+    latest().ok_or_else(Action::await_change)
 }
 
 /// One look: every stage once, timed and counted, its failure written to
@@ -278,6 +288,39 @@ mod tests {
     use shardgate_k8s::status::Formation;
 
     use super::*;
+
+    #[test]
+    fn after_a_poll_a_reconcile_looks_again_until_its_time_is_up() {
+        let vc = Arc::new(ValkeyCluster::new(
+            "c",
+            serde_json::from_value(serde_json::json!({})).unwrap(),
+        ));
+        let ms = Duration::from_millis;
+        let bound = LOOKING_AT_MOST;
+        // (looking for, still cached) => the next look's cluster, or the action
+        for (looking, cached, want) in [
+            (ms(0), true, Ok(())),
+            (bound - ms(1), true, Ok(())),
+            (bound, true, Err(Action::requeue(Duration::ZERO))),
+            (bound * 30, true, Err(Action::requeue(Duration::ZERO))),
+            (ms(0), false, Err(Action::await_change())),
+            // Past the bound, the queue; it finds the cluster gone itself.
+            (bound, false, Err(Action::requeue(Duration::ZERO))),
+        ] {
+            let mut read = false;
+            let got = after_poll(looking, || {
+                read = true;
+                cached.then(|| vc.clone())
+            });
+            match (&got, &want) {
+                (Ok(latest), Ok(())) => assert!(Arc::ptr_eq(latest, &vc)),
+                (Err(a), Err(b)) => assert_eq!(a, b, "{looking:?} {cached}"),
+                _ => panic!("{looking:?} {cached}: {got:?}, want {want:?}"),
+            }
+            // The cache is read only for a look that will happen.
+            assert_eq!(read, looking < bound, "{looking:?} {cached}");
+        }
+    }
 
     #[test]
     fn reshaping_looks_again_soonest_then_pending_then_resync() {
