@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use shardgate_contract::model::{
-    Cluster, ExternalAccess, Input, IpAddress, Observed, ObservedPod, ObservedPort, ObservedService,
+    Cluster, ExternalAccess, Input, IpAddress, NodeRef, Observed, ObservedPod, ObservedPort,
+    ObservedService,
 };
 use shardgate_sandbox::server_binary;
 use shardgate_tests::scratch::ScratchDir;
@@ -25,7 +26,7 @@ use shardgate_tests::valkey::{
     KEYS, cluster_client, connect, info_field, read_keys, reply_field, wait_for_pong, write_keys,
 };
 use shardgate_tests::wait;
-use shardgate_valkey::NodeClient;
+use shardgate_valkey::{Dial, NodeClient, Nodes};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -34,6 +35,8 @@ const PORT: u16 = 6379;
 const SHARDS: usize = 3;
 /// Upper bound for anything that waits on gossip or cluster formation.
 const WAIT: Duration = Duration::from_secs(15);
+/// Every test here runs its servers at the same pod IPs.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn pod_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 1, i as u8 + 1)
@@ -393,6 +396,7 @@ async fn keys_per_shard(conns: &mut [MultiplexedConnection]) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let t0 = Instant::now();
     let (cluster, mut conns) = form_cluster().await;
     let formed = t0.elapsed();
@@ -578,4 +582,57 @@ async fn guest_announce_settings_make_a_real_cluster_reachable_through_nodeports
          total {:?}",
         t0.elapsed()
     );
+}
+
+/// A meet of a node already known carries no announce fields: the met node
+/// forgets what the meeting one announces and hands clients its pod IP for
+/// about 0.1 s. The operator's check that an announcement has spread must
+/// not call that settled while such a meet is under way, and once it says
+/// settled, no node names a pod IP (the chaos suite found both sides of
+/// this: seeds 849845696 and 501606029).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_meet_of_a_known_node_is_waited_out_before_an_announcement_counts_as_spread() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (_cluster, _conns) = form_cluster().await;
+    let node_ports: Vec<u16> = (0..SHARDS as u16).map(|i| 30001 + i).collect();
+    apply_all(&announce_settings(Some(&node_ports))).await;
+    let expected: BTreeSet<(String, u16)> = node_ports
+        .iter()
+        .map(|&p| ("127.0.0.1".to_string(), p))
+        .collect();
+    let targets = (0..SHARDS).map(|i| {
+        let at = NodeRef {
+            shard: i as u32,
+            node: 0,
+        };
+        (at, IpAddr::V4(pod_ip(i)))
+    });
+    let mut nodes = Nodes::observe(targets, &Dial::default(), Default::default()).await;
+    assert!(
+        nodes.announce_settled(WAIT, &[]).await.unwrap(),
+        "the announcement spreads"
+    );
+    for round in 0..5 {
+        let (from, to) = (round % SHARDS, (round + 1) % SHARDS);
+        let mut node = NodeClient::connect(pod_addr(from), None).await.unwrap();
+        node.meet(IpAddr::V4(pod_ip(to))).await.unwrap();
+        // At once: the meet is not answered yet.
+        assert!(
+            !nodes.announce_settled(Duration::ZERO, &[]).await.unwrap(),
+            "round {round}: settled with a meet of node {from} under way"
+        );
+        assert!(
+            nodes.announce_settled(WAIT, &[]).await.unwrap(),
+            "round {round}: the meet is answered and the announcement heard again"
+        );
+        for i in 0..SHARDS {
+            for (lo, hi, host, port) in cluster_slots(pod_addr(i)).await {
+                assert!(
+                    expected.contains(&(host.clone(), port)),
+                    "round {round}: slots {lo}-{hi} via node {i} name {host}:{port} once \
+                     the announcement counted as spread"
+                );
+            }
+        }
+    }
 }

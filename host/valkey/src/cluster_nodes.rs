@@ -23,6 +23,12 @@ pub struct View {
     /// sees it: the `ip:port@cport[,hostname]` field, by node ID. Used only
     /// to tell when a change of announce settings has spread by gossip.
     pub announced: BTreeMap<String, String>,
+    /// Meets this node made that are not answered yet (`handshake` lines).
+    /// A meet carries no announce fields: a met node that knew this one
+    /// forgets what it announces when the meet arrives, and hands clients
+    /// its bus address (its pod IP) until it hears from it again, about
+    /// 0.1 s later.
+    pub handshakes: usize,
     /// This node's line shows a slot it is importing or migrating the
     /// classic way (`[slot->-id]`, `[slot-<-id]`).
     pub marked_migrating: bool,
@@ -33,6 +39,7 @@ pub fn parse(text: &str) -> Result<View, String> {
     let mut me: Option<View> = None;
     let mut peers = Vec::new();
     let mut announced = BTreeMap::new();
+    let mut handshakes = 0;
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let fields: Vec<&str> = line.split_ascii_whitespace().collect();
         if fields.len() < 8 {
@@ -40,6 +47,9 @@ pub fn parse(text: &str) -> Result<View, String> {
         }
         let (id, flags, primary) = (fields[0], fields[2], fields[3]);
         let flag = |f: &str| flags.split(',').any(|x| x == f);
+        if flag("handshake") {
+            handshakes += 1;
+        }
         if !flag("handshake") && !flag("noaddr") {
             announced.insert(id.to_string(), fields[1].to_string());
         }
@@ -50,6 +60,7 @@ pub fn parse(text: &str) -> Result<View, String> {
                 slots: fields[8..].iter().filter_map(|s| parse_slots(s)).collect(),
                 peers: Vec::new(),
                 announced: BTreeMap::new(),
+                handshakes: 0,
                 marked_migrating: fields[8..].iter().any(|s| s.starts_with('[')),
             });
         } else if !flag("handshake") && !flag("noaddr") {
@@ -63,6 +74,7 @@ pub fn parse(text: &str) -> Result<View, String> {
     let mut me = me.ok_or("CLUSTER NODES has no `myself` line")?;
     me.peers = peers;
     me.announced = announced;
+    me.handshakes = handshakes;
     Ok(me)
 }
 
@@ -148,6 +160,13 @@ c0ffee00 127.0.0.8:6379@16379 handshake - 0 0 0 connected
             "127.0.0.1:30001@16379,shard-1.example.com"
         );
         assert!(!v.announced.contains_key("c0ffee00"));
+        assert_eq!(v.handshakes, 1);
+        let settled: String = NODES
+            .lines()
+            .filter(|l| !l.contains("handshake"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(parse(&settled).unwrap().handshakes, 0);
         assert_eq!(
             v.peers,
             vec![
