@@ -287,8 +287,17 @@ impl Nodes {
     async fn run(&mut self, step: &Step) -> Result<(), valkey::Error> {
         match step {
             Step::Meet(m) => {
-                let peer = self.get(m.peer)?.ip;
-                self.get(m.node)?.client.meet(peer).await
+                let (peer, peer_id) = {
+                    let p = self.get(m.peer)?;
+                    (p.ip, p.facts.id.clone())
+                };
+                let node = self.get(m.node)?;
+                node.client.meet(peer).await?;
+                // The links this meet breaks for a moment are not moves to
+                // meet again for.
+                let id = node.facts.id.clone();
+                self.spreads.record(&id, vec![peer_id], Instant::now());
+                Ok(())
             }
             Step::AddSlots(a) => {
                 self.get(a.node)?.client.add_slots(&a.slots).await?;

@@ -35,18 +35,16 @@ pub struct Spreads {
 
 impl Spreads {
     /// Node `node` met the nodes `met` at `now`: added to whom it met
-    /// within [`RELINK_WITHIN`] before.
+    /// within [`RELINK_WITHIN`] before. Each met node is recorded as having
+    /// met `node` too: Valkey 9 frees its own link to a known node that
+    /// meets it, and redials it as soon.
     pub fn record(&self, node: &str, met: Vec<String>, now: Instant) {
         let mut all = self.met.lock().unwrap();
-        let (at, ids) = all.entry(node.to_string()).or_insert((now, Vec::new()));
-        if now.duration_since(*at) >= RELINK_WITHIN {
-            ids.clear();
+        for id in &met {
+            add(&mut all, id, node, now);
         }
-        *at = now;
-        for id in met {
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
+        for id in &met {
+            add(&mut all, node, id, now);
         }
     }
 
@@ -58,6 +56,18 @@ impl Spreads {
         if let Some((_, ids)) = met.get(&facts.id) {
             relink(facts, ids);
         }
+    }
+}
+
+/// Adds `id` to whom `node` met lately, as of `now`.
+fn add(all: &mut HashMap<String, (Instant, Vec<String>)>, node: &str, id: &str, now: Instant) {
+    let (at, ids) = all.entry(node.to_string()).or_insert((now, Vec::new()));
+    if now.duration_since(*at) >= RELINK_WITHIN {
+        ids.clear();
+    }
+    *at = now;
+    if !ids.iter().any(|known| known == id) {
+        ids.push(id.to_string());
     }
 }
 
@@ -150,17 +160,21 @@ mod tests {
         let t0 = Instant::now();
         spreads.record("a", vec!["b".into()], t0);
         let broken = || node("a", vec![peer("b", false, false)]);
+        // b's link to a, for b
+        let met = || node("b", vec![peer("a", false, false)]);
         // (node, when) => b reported linked
         for (id, after, want) in [
             ("a", Duration::ZERO, true),
             ("a", RELINK_WITHIN / 2, true),
             // Another node's link to b is its own.
             ("x", Duration::ZERO, false),
+            // b dropped its link to a when a met it.
+            ("b", Duration::ZERO, true),
             ("a", RELINK_WITHIN, false),
             // Forgotten once old, even when looked at with an earlier time.
             ("a", Duration::ZERO, false),
         ] {
-            let mut facts = broken();
+            let mut facts = if id == "b" { met() } else { broken() };
             facts.id = id.into();
             spreads.relink(&mut facts, t0 + after);
             assert_eq!(facts.peers[0].linked, want, "{id} after {after:?}");
