@@ -708,9 +708,22 @@ fn roll(view: &View<'_>, pods: &[ObservedPod], persistent: bool) -> Phase {
     if outdated.is_empty() {
         return Phase::Done;
     }
-    if !is_formed(view) || pods.iter().any(|p| !p.ready) {
+    let unhealthy = if !is_formed(view) {
+        Some(not_formed_reason(view))
+    } else {
+        pods.iter().find(|p| !p.ready).map(|p| {
+            format!(
+                "{} is not ready",
+                describe(NodeRef {
+                    shard: p.shard,
+                    node: p.node
+                })
+            )
+        })
+    };
+    if let Some(why) = unhealthy {
         return Phase::Wait(format!(
-            "{} pod(s) wait to be restarted until the cluster is healthy",
+            "{} pod(s) wait to be restarted until the cluster is healthy: {why}",
             outdated.len()
         ));
     }
