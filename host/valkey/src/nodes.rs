@@ -15,7 +15,7 @@ use shardgate_contract::model::{Desired, NodeRef, Step, ValkeyNode};
 use tracing::{debug, info};
 
 use crate::announce;
-use crate::client::{self as valkey, CLIENT_PORT, Dial, NodeClient, TlsFiles};
+use crate::client::{self as valkey, BUS_PORT, CLIENT_PORT, Dial, NodeClient, TlsFiles};
 use crate::spreads::Spreads;
 use rustls_pki_types::CertificateDer;
 
@@ -53,6 +53,16 @@ struct Heard {
     announced: BTreeMap<String, String>,
     /// Its meets not answered yet ([`crate::cluster_nodes::View::handshakes`]).
     handshakes: usize,
+}
+
+impl Heard {
+    /// Whether `later` tells something new to plan from: another
+    /// announcement, or the end of its meets. Meets just made show as
+    /// handshakes at once, and are no news (a look that took them for news
+    /// would see the nodes still unmet and meet them again).
+    fn news(&self, later: &Heard) -> bool {
+        later.announced != self.announced || (self.handshakes > 0 && later.handshakes == 0)
+    }
 }
 
 impl Nodes {
@@ -112,7 +122,7 @@ impl Nodes {
                 Ok(f) => {
                     let (mut facts, heard) = split(at, f);
                     spreads.relink(&mut facts, Instant::now());
-                    let changed = facts != a.facts || heard != a.heard;
+                    let changed = facts != a.facts || a.heard.news(&heard);
                     a.facts = facts;
                     a.heard = heard;
                     changed
@@ -215,10 +225,23 @@ impl Nodes {
                     handshakes: view.handshakes,
                 };
             }
-            let now = announce_agreed(self.nodes.iter().map(|(&(shard, node), a)| {
-                let staying = !departing.contains(&NodeRef { shard, node });
-                (a.facts.id.as_str(), &a.heard, staying)
-            }));
+            let bare: Vec<String> = self
+                .nodes
+                .values()
+                .map(|a| format!("{}:{CLIENT_PORT}@{BUS_PORT}", a.ip))
+                .collect();
+            let voices: Vec<Voice<'_>> = self
+                .nodes
+                .iter()
+                .zip(&bare)
+                .map(|((&(shard, node), a), bare)| Voice {
+                    id: &a.facts.id,
+                    heard: &a.heard,
+                    staying: !departing.contains(&NodeRef { shard, node }),
+                    bare,
+                })
+                .collect();
+            let now = announce_agreed(&voices);
             match agreed_twice(before, now, started.elapsed() >= within) {
                 Some(settled) => return Ok(settled),
                 None if now => {}
@@ -507,10 +530,21 @@ fn agreed_twice(before: bool, now: bool, late: bool) -> Option<bool> {
     }
 }
 
-/// Whether every member of the cluster among `views` (each node's ID, what
-/// it hears, and whether it stays: not departing) lists every other member
-/// at the address that member gives itself, and so does every node that
-/// stays, with none of their meets unanswered. A member is a node some
+/// One answering node, as [`announce_agreed`] weighs it.
+#[derive(Clone, Copy)]
+struct Voice<'a> {
+    id: &'a str,
+    heard: &'a Heard,
+    /// Not at a departing place.
+    staying: bool,
+    /// How a node that forgot its announcement shows it: its pod IP,
+    /// client port and bus port.
+    bare: &'a str,
+}
+
+/// Whether every member of the cluster among `voices` lists every other
+/// member at the address that member gives itself, and so does every node
+/// that stays, with none of their meets unanswered. A member is a node some
 /// other node lists; only members' own addresses are compared. A departing
 /// node every other one has forgotten is neither asked nor asked about. A
 /// node that does not list a member yet is not agreed: it learns the peer
@@ -519,36 +553,37 @@ fn agreed_twice(before: bool, now: bool, late: bool) -> Option<bool> {
 /// other node lists yet, too (a new replica whose handshakes are not done):
 /// clients may already reach it at its endpoint (both found by the chaos
 /// suite, seeds 529481012 and 529481011: a replica added while the
-/// operator was killed). A meet not answered yet is not agreed either: a
-/// meet carries no announce fields, so the met node, if it knew the
-/// meeting one, forgets its announcement when the meet arrives and hands
-/// clients its pod IP for about 0.1 s (found by the chaos suite, seeds
-/// 849845696 and 501606029: a meet sent right after a frozen node woke,
-/// and meets the plan sent to links it saw down).
-fn announce_agreed<'a>(views: impl Iterator<Item = (&'a str, &'a Heard, bool)> + Clone) -> bool {
+/// operator was killed).
+///
+/// A meet not answered yet is not agreed either: a meet carries no announce
+/// fields, so the met node, if it knew the meeting one, forgets its
+/// announcement when the meet arrives and hands clients its pod IP for
+/// about 0.1 s (found by the chaos suite, seeds 849845696 and 501606029: a
+/// meet sent right after a frozen node woke, and meets the plan sent to
+/// links it saw down). Unless the meeting node announces nothing but its
+/// bare address (external access turned off): forgetting that changes
+/// nothing.
+fn announce_agreed(voices: &[Voice<'_>]) -> bool {
     let listed_by_another = |id: &str| {
-        views
-            .clone()
-            .any(|(other, heard, _)| other != id && heard.announced.contains_key(id))
+        voices
+            .iter()
+            .any(|v| v.id != id && v.heard.announced.contains_key(id))
     };
-    let members: Vec<(&str, &BTreeMap<String, String>)> = views
-        .clone()
-        .filter(|(id, _, _)| listed_by_another(id))
-        .map(|(id, heard, _)| (id, &heard.announced))
-        .collect();
-    let own: Vec<(&str, &str)> = members
+    let own: Vec<(&str, &str)> = voices
         .iter()
-        .filter_map(|(id, seen)| Some((*id, seen.get(*id)?.as_str())))
+        .filter(|v| listed_by_another(v.id))
+        .filter_map(|v| Some((v.id, v.heard.announced.get(v.id)?.as_str())))
         .collect();
-    let mut asked = views
-        .clone()
-        .filter(|(id, _, staying)| *staying || listed_by_another(id));
-    asked.all(|(_, heard, _)| {
-        heard.handshakes == 0
-            && own
-                .iter()
-                .all(|(id, addr)| heard.announced.get(*id).is_some_and(|s| s == addr))
-    })
+    voices
+        .iter()
+        .filter(|v| v.staying || listed_by_another(v.id))
+        .all(|v| {
+            let forgotten_alike = v.heard.announced.get(v.id).is_some_and(|a| a == v.bare);
+            (v.heard.handshakes == 0 || forgotten_alike)
+                && own
+                    .iter()
+                    .all(|(id, addr)| v.heard.announced.get(*id).is_some_and(|s| s == addr))
+        })
 }
 
 /// Whether the node that reported `facts` should be told to forget `id`:
@@ -581,6 +616,8 @@ mod tests {
         let a_self = ("a", "10.0.0.1:30001@16379");
         let b_self = ("b", "10.0.0.1:30002@16379");
         let b_pod = ("b", "127.0.1.9:6379@16379");
+        // a with external access off: its pod IP and client port
+        let a_bare = ("a", "127.0.1.1:6379@16379");
         let c_self = ("c", "10.0.0.1:30003@16379");
         // (a's view, b's view, c's view, b stays) => agreed
         let cases = [
@@ -663,6 +700,22 @@ mod tests {
                 true,
                 false,
             ),
+            // A node that announces only its bare address may meet: the
+            // met node forgets nothing it would show.
+            (
+                meeting(&[a_bare, b_self, c_self]),
+                view(&[a_bare, b_self, c_self]),
+                view(&[a_bare, b_self, c_self]),
+                true,
+                true,
+            ),
+            (
+                meeting(&[a_bare, b_self, c_self]),
+                meeting(&[a_bare, b_self, c_self]),
+                view(&[a_bare, b_self, c_self]),
+                true,
+                false,
+            ),
             // A departing node every other one has forgotten is not asked,
             // meets and all.
             (
@@ -674,12 +727,38 @@ mod tests {
             ),
         ];
         for (i, (a, b, c, b_stays, agreed)) in cases.iter().enumerate() {
-            let views = [("a", a, true), ("b", b, *b_stays), ("c", c, true)];
-            assert_eq!(
-                announce_agreed(views.iter().map(|(id, v, s)| (*id, *v, *s))),
-                *agreed,
-                "case {i}"
-            );
+            let voice = |id, heard, staying, bare| Voice {
+                id,
+                heard,
+                staying,
+                bare,
+            };
+            let voices = [
+                voice("a", a, true, a_bare.1),
+                voice("b", b, *b_stays, b_pod.1),
+                voice("c", c, true, "127.0.1.3:6379@16379"),
+            ];
+            assert_eq!(announce_agreed(&voices), *agreed, "case {i}");
+        }
+    }
+
+    #[test]
+    fn a_poll_takes_the_end_of_meets_for_news_but_not_their_start() {
+        let heard = |addr: &str, handshakes| Heard {
+            announced: [("a".to_string(), addr.to_string())].into(),
+            handshakes,
+        };
+        let (old, new) = ("127.0.1.1:6379@16379", "10.0.0.1:30001@16379");
+        // (before, later) => news
+        for (before, later, want) in [
+            (heard(old, 0), heard(old, 0), false),
+            (heard(old, 0), heard(old, 3), false),
+            (heard(old, 3), heard(old, 1), false),
+            (heard(old, 3), heard(old, 0), true),
+            (heard(old, 0), heard(new, 0), true),
+            (heard(old, 0), heard(new, 2), true),
+        ] {
+            assert_eq!(before.news(&later), want, "{before:?} -> {later:?}");
         }
     }
 
