@@ -144,6 +144,14 @@ impl Nodes {
             .is_some_and(|a| !a.facts.slots.is_empty())
     }
 
+    /// Node `at` is about to restart (its pod deleted): its ID goes, and
+    /// links to it are no longer taken as broken only by recent meets.
+    pub fn restarting(&self, at: NodeRef) {
+        if let Some(a) = self.nodes.get(&(at.shard, at.node)) {
+            self.spreads.gone(&a.facts.id);
+        }
+    }
+
     /// The IDs of the nodes that answered.
     pub fn ids(&self) -> impl Iterator<Item = &str> {
         self.nodes.values().map(|a| a.facts.id.as_str())

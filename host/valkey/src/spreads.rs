@@ -48,6 +48,17 @@ impl Spreads {
         }
     }
 
+    /// Node `node` is going (its process restarts, and its ID with it):
+    /// no link to it is reported linked for a meet any more, so its ghost
+    /// can be forgotten as soon as no live link to it is left.
+    pub fn gone(&self, node: &str) {
+        let mut all = self.met.lock().unwrap();
+        all.remove(node);
+        for (_, ids) in all.values_mut() {
+            ids.retain(|id| id != node);
+        }
+    }
+
     /// Reports as linked, in the facts of a node that met others within
     /// [`RELINK_WITHIN`] of `now`, its links to them; forgets older meets.
     pub fn relink(&self, facts: &mut ValkeyNode, now: Instant) {
@@ -131,6 +142,24 @@ mod tests {
                 peer("e", true, false),
             ]
         );
+    }
+
+    #[test]
+    fn a_node_gone_is_no_longer_reported_linked_by_anyone() {
+        let spreads = Spreads::default();
+        let t0 = Instant::now();
+        spreads.record("a", vec!["b".into(), "c".into()], t0);
+        spreads.gone("b");
+        let mut a = node("a", vec![peer("b", false, false), peer("c", false, false)]);
+        spreads.relink(&mut a, t0);
+        assert_eq!(
+            a.peers,
+            vec![peer("b", false, false), peer("c", false, true)]
+        );
+        // b's own record goes too.
+        let mut b = node("b", vec![peer("a", false, false)]);
+        spreads.relink(&mut b, t0);
+        assert_eq!(b.peers, vec![peer("a", false, false)]);
     }
 
     #[test]

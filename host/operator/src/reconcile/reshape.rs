@@ -105,6 +105,7 @@ pub async fn run(
                     )
                     .await;
                 }
+                nodes.restarting(*at);
                 restart(ctx, vc, snapshot, *at).await?
             }
             _ => nodes.run_step(i, step).await?,
