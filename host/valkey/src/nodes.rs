@@ -56,6 +56,14 @@ struct Heard {
 }
 
 impl Heard {
+    /// What `view` says of the announcements; the rest of it is dropped.
+    fn of(view: crate::cluster_nodes::View) -> Self {
+        Heard {
+            announced: view.announced,
+            handshakes: view.handshakes,
+        }
+    }
+
     /// Whether `later` tells something new to plan from: another
     /// announcement, or the end of its meets. Meets just made show as
     /// handshakes at once, and are no news (a look that took them for news
@@ -166,19 +174,28 @@ impl Nodes {
     /// computed; a node whose settings that other nodes tell clients of
     /// changed tells the nodes it knows at once ([`Nodes::spread_news`]).
     pub async fn announce(&mut self, desired: &Desired) -> Result<Announced, valkey::Error> {
+        let wanted: BTreeMap<(u32, u32), &[(String, String)]> = desired
+            .nodes
+            .iter()
+            .map(|n| ((n.shard, n.node), n.announce.as_slice()))
+            .collect();
+        // Every node at once: each has its own connection.
+        let sets = futures::future::join_all(self.nodes.iter_mut().filter_map(|(at, a)| {
+            let settings = *wanted.get(at)?;
+            Some(async move {
+                let set = a.client.apply_announce(settings).await?;
+                Ok::<_, valkey::Error>((*at, set))
+            })
+        }))
+        .await;
         let mut changed = 0;
         let mut moved = Vec::new();
-        for n in &desired.nodes {
-            if let Some(a) = self.nodes.get_mut(&(n.shard, n.node)) {
-                let set = a.client.apply_announce(&n.announce).await?;
-                if set.iter().any(|k| announce::told_by_others(k)) {
-                    moved.push(NodeRef {
-                        shard: n.shard,
-                        node: n.node,
-                    });
-                }
-                changed += set.len();
+        for answer in sets {
+            let ((shard, node), set) = answer?;
+            if set.iter().any(|k| announce::told_by_others(k)) {
+                moved.push(NodeRef { shard, node });
             }
+            changed += set.len();
         }
         self.news
             .extend(moved.into_iter().map(|at| (at, Known::Only)));
@@ -226,13 +243,13 @@ impl Nodes {
         let started = tokio::time::Instant::now();
         let mut before = false;
         loop {
-            for a in self.nodes.values_mut() {
-                let view = a.client.cluster_nodes().await?;
-                a.heard = Heard {
-                    announced: view.announced,
-                    handshakes: view.handshakes,
-                };
-            }
+            // One round: every node read at about the same time.
+            let reads = futures::future::join_all(self.nodes.values_mut().map(|a| async move {
+                a.heard = Heard::of(a.client.cluster_nodes().await?);
+                Ok::<_, valkey::Error>(())
+            }))
+            .await;
+            reads.into_iter().collect::<Result<(), _>>()?;
             let bare: Vec<String> = self
                 .nodes
                 .values()
@@ -379,7 +396,8 @@ impl Nodes {
     /// `cluster_state:ok` 2.1-2.2 s after the servers started with these
     /// meets (Valkey's own 2 s writable delay), 3.0-5.6 s without.
     pub async fn spread_news(&mut self) -> Result<usize, valkey::Error> {
-        let mut meets = 0;
+        // Whom each node with news meets, each other node once.
+        let mut plans: BTreeMap<(u32, u32), Vec<(String, IpAddr)>> = BTreeMap::new();
         for (at, to) in std::mem::take(&mut self.news) {
             let me = self.get(at)?.facts.clone();
             let others = spread_to(
@@ -387,15 +405,37 @@ impl Nodes {
                 to,
                 self.nodes.values().map(|a| (a.facts.id.as_str(), a.ip)),
             );
-            let node = self.get(at)?;
-            for (_, ip) in &others {
-                node.client.meet(*ip).await?;
+            let plan = plans.entry((at.shard, at.node)).or_default();
+            for other in others {
+                if !plan.contains(&other) {
+                    plan.push(other);
+                }
             }
-            meets += others.len();
-            let met = others.into_iter().map(|(id, _)| id).collect();
-            self.spreads.record(&me.id, met, Instant::now());
         }
-        Ok(meets)
+        // The nodes meet at once, each over its own connection.
+        let met = futures::future::join_all(self.nodes.iter_mut().filter_map(|(at, a)| {
+            let others = plans.remove(at)?;
+            Some(async move {
+                for (_, ip) in &others {
+                    a.client.meet(*ip).await?;
+                }
+                Ok::<_, valkey::Error>((a.facts.id.clone(), others))
+            })
+        }))
+        .await;
+        let mut meets = 0;
+        let mut failed = None;
+        for answer in met {
+            match answer {
+                Ok((id, others)) => {
+                    meets += others.len();
+                    let met = others.into_iter().map(|(other, _)| other).collect();
+                    self.spreads.record(&id, met, Instant::now());
+                }
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        failed.map_or(Ok(meets), Err)
     }
 
     fn get(&mut self, at: NodeRef) -> Result<&mut Answered, valkey::Error> {
@@ -442,9 +482,9 @@ fn spread_to<'a>(
 /// The guest's facts of the node at `(shard, node)` from what it said, and
 /// what it sees each node announce.
 fn split((shard, node): (u32, u32), f: valkey::Facts) -> (ValkeyNode, Heard) {
-    let view = f.view;
+    let mut view = f.view;
     let heard = Heard {
-        announced: view.announced,
+        announced: std::mem::take(&mut view.announced),
         handshakes: view.handshakes,
     };
     let facts = ValkeyNode {

@@ -323,15 +323,16 @@ pub async fn status_endpoints(
 /// Sets every node's client-only announce settings to its endpoint in
 /// `to` (or resets them, to announce the pod's own address, where `to` has
 /// none) as the operator does (`apply_announce`: one `CONFIG GET`, one
-/// `CONFIG SET`), back to back; with `spread`, a node whose settings
-/// changed meets every other node, so the handshake tells them at once, as
-/// the operator's `Nodes::announce` does (without, gossip alone carries
+/// `CONFIG SET`), every node at once over its own connection, as the
+/// operator's `Nodes::announce` does; with `spread`, a node whose settings
+/// changed then meets every other node, so the handshake tells them at
+/// once, as its `Nodes::spread_news` does (without, gossip alone carries
 /// it). Then waits until every node sees every node announce what it was
 /// set to (the operator's `announce_settled`).
 pub async fn announce(nodes: &mut [Reached], to: &Endpoints, spread: bool) -> anyhow::Result<()> {
-    let mut wanted = std::collections::BTreeMap::new();
     let ips: Vec<IpAddr> = nodes.iter().map(|n| n.ip).collect();
-    for n in nodes.iter_mut() {
+    let ips = &ips;
+    let set = futures::future::join_all(nodes.iter_mut().map(|n| async move {
         let (ip, port) = match to.get(&n.at) {
             Some((host, port)) => (host.clone(), *port),
             None => (String::new(), 0),
@@ -353,8 +354,12 @@ pub async fn announce(nodes: &mut [Reached], to: &Endpoints, spread: bool) -> an
         } else {
             format!("{ip}:{port}@")
         };
-        wanted.insert(n.id.clone(), shown);
-    }
+        anyhow::Ok((n.id.clone(), shown))
+    }))
+    .await;
+    let wanted = set
+        .into_iter()
+        .collect::<anyhow::Result<std::collections::BTreeMap<_, _>>>()?;
     loop {
         let mut all = true;
         for n in nodes.iter_mut() {
