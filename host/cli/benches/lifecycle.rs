@@ -56,7 +56,9 @@
 //!
 //! - `cargo bench -p shardgate --bench lifecycle`: 3 runs of each.
 //! - `SHARDGATE_BENCH_LOG=shardgate_operator=debug`: the operator's logs
-//!   (it runs in this process) to standard error, with their times.
+//!   (it runs in this process) to standard error, with their times; quick
+//!   runs log its warnings without it. An operation that times out names
+//!   the cluster's last status.
 //! - `SHARDGATE_BENCH_DEBOUNCE_MS=N`: the operator's debounce (`shardgate
 //!   run --debounce-ms`), else its default.
 //! - quick (`SHARDGATE_BENCH_QUICK=1`, `-- --quick`, or `cargo test
@@ -120,17 +122,21 @@ async fn timed(sandbox: &Sandbox, spec: Value) -> anyhow::Result<Duration> {
         .generation
         .context("a generation")?;
     let emu = sandbox.emulator();
+    let mut last = Value::Null;
     while started.elapsed() < TIMEOUT {
-        if let Some(vc) = emu.get("valkeyclusters", sandbox.namespace(), NAME)
-            && vc["status"]["observedGeneration"] == generation
-            && condition_true(&vc["status"]["conditions"], "Ready")
-            && !condition_true(&vc["status"]["conditions"], "Progressing")
-        {
-            return Ok(started.elapsed());
+        if let Some(vc) = emu.get("valkeyclusters", sandbox.namespace(), NAME) {
+            if vc["status"]["observedGeneration"] == generation
+                && condition_true(&vc["status"]["conditions"], "Ready")
+                && !condition_true(&vc["status"]["conditions"], "Progressing")
+            {
+                return Ok(started.elapsed());
+            }
+            last = vc["status"].clone();
         }
         tokio::time::sleep(POLL).await;
     }
-    bail!("{spec}: not Ready for generation {generation} in {TIMEOUT:?}")
+    // What the operator last said it waits for, to tell why.
+    bail!("{spec}: not Ready for generation {generation} in {TIMEOUT:?}; the last status: {last:#}")
 }
 
 /// Every key is still there, counted by a fresh client seeded at `seed`.
@@ -402,7 +408,12 @@ fn main() -> anyhow::Result<()> {
     if invocation.has("--list") {
         return Ok(());
     }
-    if let Ok(filter) = std::env::var("SHARDGATE_BENCH_LOG") {
+    // Quick runs (CI) log the operator's warnings, so a failure there can
+    // be told apart.
+    let log = std::env::var("SHARDGATE_BENCH_LOG")
+        .ok()
+        .or_else(|| quick.then(|| "warn".to_string()));
+    if let Some(filter) = log {
         // The operator runs in this process: its logs, to standard error.
         tracing_subscriber::fmt()
             .with_env_filter(filter)
