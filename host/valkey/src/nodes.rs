@@ -482,9 +482,9 @@ fn spread_to<'a>(
 /// The guest's facts of the node at `(shard, node)` from what it said, and
 /// what it sees each node announce.
 fn split((shard, node): (u32, u32), f: valkey::Facts) -> (ValkeyNode, Heard) {
-    let mut view = f.view;
+    let view = f.view;
     let heard = Heard {
-        announced: std::mem::take(&mut view.announced),
+        announced: view.announced,
         handshakes: view.handshakes,
     };
     let facts = ValkeyNode {
