@@ -6,9 +6,9 @@
 //! changes leaves shardgate's set (its new owner takes it), and a removed
 //! field leaves every set. So the live object projected onto shardgate's
 //! set holds exactly what shardgate applied, unless something changed or
-//! removed one of those fields. [`take_live_digest`] digests that projection
-//! when an object is cached; [`digest`] digests the desired object the same
-//! way; the two are equal when the object is in place.
+//! removed one of those fields. [`digest_of_entry_reusing`] digests that
+//! projection when an object is cached; [`digest`] digests the desired
+//! object the same way; the two are equal when the object is in place.
 //!
 //! Both sides are digested in one canonical form: sorted keys, compact JSON,
 //! nulls and empty objects and lists left out (an API server drops empty
@@ -22,7 +22,6 @@
 //! then re-applies once and accepts what its own apply left (see
 //! `apply::Recent`), so such a case costs one no-op apply, not a loop.
 
-use kube::Resource;
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value};
@@ -30,59 +29,44 @@ use sha2::{Digest, Sha256};
 
 use crate::manager::FIELD_MANAGER;
 
-/// Takes `o`'s managed fields away and returns the digest of the fields
-/// shardgate applied to it; `None` when shardgate has no apply entry on it
-/// (it never applied it, or something cleared the managed fields).
-pub fn take_live_digest<K: Resource + Serialize>(o: &mut K) -> Option<String> {
-    take_live_digest_reusing(o, |_| None).map(|(digest, _)| digest)
-}
-
-/// [`take_live_digest`], with the key of shardgate's apply entry (when it
-/// was applied and the fields it lists); `reuse` may answer, for that key,
-/// the digest an earlier version of the object had, which is then taken
-/// without projecting the object again.
+/// The digest of the fields shardgate applied to a live object, from
+/// shardgate's apply entry in its managed fields: `fields` (its `fieldsV1`,
+/// as JSON text) and `time`; with the key of that entry. `live` gives the
+/// object as JSON, with at least the top-level fields `fields` names, and
+/// is called only when `reuse` has no digest for the entry's key.
 ///
+/// `reuse` may answer, for that key, the digest an earlier version of the
+/// object had, which is then taken without projecting the object again.
 /// That holds while the applied hash is the same too (the caller checks):
 /// a field shardgate owns whose value someone else changes or removes
 /// leaves shardgate's entry (the new owner takes it), and shardgate's own
 /// apply of new values gives a new hash. So an object whose only change
 /// since is its status, or fields shardgate does not own, keeps its digest.
-pub fn take_live_digest_reusing<K: Resource + Serialize>(
-    o: &mut K,
+pub fn digest_of_entry_reusing(
+    time: Option<i64>,
+    fields: &str,
+    live: impl FnOnce(&dyn Fn(&str) -> bool) -> Value,
     reuse: impl FnOnce(&str) -> Option<String>,
 ) -> Option<(String, String)> {
-    let entries = o.meta_mut().managed_fields.take()?;
-    let entry = entries.into_iter().find(|e| {
-        applied_by_shardgate(
-            e.manager.as_deref(),
-            e.operation.as_deref(),
-            e.subresource.as_deref(),
-        )
-    })?;
-    let fields = entry.fields_v1?.0;
-    let key = entry_key(entry.time.as_ref().map(|t| t.0.as_second()), &fields);
+    let mut hasher = Sha256::new();
+    hasher.update(time.unwrap_or_default().to_le_bytes());
+    hasher.update(fields.as_bytes());
+    let key = hex(&hasher.finalize()[..8]);
     if let Some(digest) = reuse(&key) {
         return Some((digest, key));
     }
-    // Without its managed fields, which are as large as the object.
-    let live = serde_json::to_value(&*o).ok()?;
-    Some((projected_digest(&live, fields.as_object()?), key))
-}
-
-/// The key of an apply entry: a digest of its time and its fields.
-fn entry_key(time: Option<i64>, fields: &Value) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(time.unwrap_or_default().to_le_bytes());
-    let json = serde_json::to_vec(fields).expect("JSON serializes");
-    hasher.update(&json);
-    hex(&hasher.finalize()[..8])
+    let fields: Value = serde_json::from_str(fields).ok()?;
+    let fields = fields.as_object()?;
+    let live = live(&|name| fields.contains_key(&format!("f:{name}")));
+    Some((projected_digest(&live, fields), key))
 }
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// [`take_live_digest`] of an object as JSON (an API server's answer).
+/// The digest of the fields shardgate applied to an object as JSON (an API
+/// server's answer); `None` without shardgate's apply entry.
 pub fn live_digest_of_json(o: &Value) -> Option<String> {
     let fields = o
         .pointer("/metadata/managedFields")?

@@ -314,7 +314,7 @@ mod tests {
                 "status": {"podIP": ip, "hostIP": "10.0.0.9",
                     "conditions": [{"type": "Ready", "status": if ip.is_some() { "True" } else { "False" }}]},
             }))
-            .unwrap(), None,
+            .unwrap(),
         ))
     }
 

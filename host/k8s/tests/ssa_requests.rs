@@ -12,6 +12,7 @@ use kube::runtime::watcher;
 use shardgate_k8s::apply::{self, Applied, Recent, Taken};
 use shardgate_k8s::cache::Cache;
 use shardgate_k8s::cache::entry::{self as cached, CachedService, Entry};
+use shardgate_k8s::cache::watched::Watched;
 use shardgate_k8s::manager::APPLIED_HASH;
 use tower_test::mock::Handle;
 
@@ -152,7 +153,10 @@ async fn an_object_already_in_place_sends_nothing() {
     live["spec"]["ports"][0]["nodePort"] = 31000.into();
     live["spec"]["ports"][0]["targetPort"] = 6379.into();
     let live: Service = serde_json::from_value(live).unwrap();
-    store.apply(watcher::Event::Apply(cached::service(live.clone(), None)));
+    store.apply(watcher::Event::Apply(cached::service(
+        Watched::of(&live),
+        None,
+    )));
 
     assert_eq!(
         apply::apply(&client, &store, &recent, &service(), None)
@@ -165,7 +169,10 @@ async fn an_object_already_in_place_sends_nothing() {
     // A field we own changed by someone else: re-applied.
     let mut drifted = live;
     drifted.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
-    store.apply(watcher::Event::Apply(cached::service(drifted, None)));
+    store.apply(watcher::Event::Apply(cached::service(
+        Watched::of(&drifted),
+        None,
+    )));
     let server = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.expect("re-apply");
         assert_eq!(request.method(), http::Method::PATCH);
@@ -226,7 +233,7 @@ async fn a_value_the_server_changed_costs_one_apply_not_a_loop() {
                      "f:spec": {"f:type": {}, "f:ports": {}}}
     }]);
     let cached = |live: &serde_json::Value| {
-        let cached = cached::service(serde_json::from_value(live.clone()).unwrap(), None);
+        let cached = cached::service(serde_json::from_str(&live.to_string()).unwrap(), None);
         assert!(cached.owned_digest().is_some(), "cached with its digest");
         cached
     };
@@ -316,7 +323,10 @@ async fn a_name_another_owner_holds_gets_no_apply() {
     // Cached (labelled as shardgate's) but controlled by another cluster.
     let mut other = owned_service("another");
     other.metadata.labels = Some([("shardgate.io/cluster".to_string(), "demo".to_string())].into());
-    store.apply(watcher::Event::Apply(cached::service(other, None)));
+    store.apply(watcher::Event::Apply(cached::service(
+        Watched::of(&other),
+        None,
+    )));
     assert_eq!(
         apply::apply(&client, &store, &recent, &owned_service("ours"), None)
             .await
@@ -415,7 +425,10 @@ async fn a_changed_desired_object_is_applied_although_its_last_form_was_remember
     let mut live = sent_apply().await;
     live["metadata"]["resourceVersion"] = "7".into();
     let live: Service = serde_json::from_value(live).unwrap();
-    store.apply(watcher::Event::Apply(cached::service(live, None)));
+    store.apply(watcher::Event::Apply(cached::service(
+        Watched::of(&live),
+        None,
+    )));
     let same = service();
     for _ in 0..3 {
         let same = apply::apply(&client, &store, &recent, &same, None);

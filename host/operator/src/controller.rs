@@ -8,13 +8,14 @@ use std::sync::atomic::Ordering;
 
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use shardgate_contract::labels::{self, MANAGED_SELECTOR};
+use shardgate_k8s::cache::watched::{Watched, WatchedPod};
 use shardgate_k8s::cache::{self, Entry, entry as cached};
 use shardgate_k8s::crd::ValkeyCluster;
 use shardgate_k8s::gateway_api::{GatewayApi, Gateways};
@@ -53,32 +54,39 @@ pub(crate) async fn controller(
         .labels(MANAGED_SELECTOR)
         .any_semantic()
         .page_size(LIST_PAGE_SIZE);
-    // Digests of objects whose status alone changed are taken over.
-    let reuse = options.apply_shortcuts;
+    // Digests of objects whose status alone changed are taken over, and
+    // a watch event that changes nothing a reconcile reads wakes none
+    // (both off only to measure what they save).
+    let shortcuts = options.apply_shortcuts;
 
     let (services, service_stream) = cached_watch(
-        api::<Service>(&client, ns),
+        api::<Watched<Service>>(&client, ns),
         &managed,
-        reuse,
+        shortcuts,
         cached::service,
     );
     let (config_maps, config_map_stream) = cached_watch(
-        api::<ConfigMap>(&client, ns),
+        api::<Watched<ConfigMap>>(&client, ns),
         &managed,
-        reuse,
+        shortcuts,
         cached::config_map,
     );
     let (stateful_sets, stateful_set_stream) = cached_watch(
-        api::<StatefulSet>(&client, ns),
+        api::<Watched<StatefulSet>>(&client, ns),
         &managed,
-        reuse,
+        shortcuts,
         cached::stateful_set,
     );
-    let (pods, pod_stream) = cached_watch(api::<Pod>(&client, ns), &managed, reuse, cached::pod);
-    let (disruption_budgets, disruption_budget_stream) = cached_watch(
-        api::<PodDisruptionBudget>(&client, ns),
+    let (pods, pod_stream) = cached_watch(
+        api::<WatchedPod>(&client, ns),
         &managed,
-        reuse,
+        shortcuts,
+        |pod, _| cached::pod(pod),
+    );
+    let (disruption_budgets, disruption_budget_stream) = cached_watch(
+        api::<Watched<PodDisruptionBudget>>(&client, ns),
+        &managed,
+        shortcuts,
         cached::disruption_budget,
     );
 
@@ -145,6 +153,10 @@ pub(crate) async fn controller(
     .modify(|vc| vc.metadata.managed_fields = None)
     .reflect(cluster_writer)
     .applied_objects()
+    .predicate_filter(
+        move |vc: &ValkeyCluster| shortcuts.then(|| wants_a_look(vc)),
+        Default::default(),
+    )
     .filter_map(|r| absorbed(r, "ValkeyCluster"));
     let gateway_stream = gateway_stream(
         &client,
@@ -297,7 +309,7 @@ fn route_watch(
     let Some(resource) = resource else {
         return (cache::Cache::unserved(), futures::stream::empty().boxed());
     };
-    let api: Api<DynamicObject> = match namespace {
+    let api: Api<Watched<DynamicObject>> = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
         None => Api::all_with(client.clone(), resource),
     };
@@ -404,12 +416,13 @@ const LIST_PAGE_SIZE: u32 = 100;
 
 /// A watch of one kind of managed object, kept in a [`cache::Cache`];
 /// `cache` turns each object into what the cache keeps (dropping what the
-/// operator never reads), given the entry it replaces (unless not `reuse`).
-/// Returns the cache and the stream of clusters to reconcile.
+/// operator never reads), given the entry it replaces (with `shortcuts`).
+/// Returns the cache and the stream of clusters to reconcile: with
+/// `shortcuts`, only for objects that changed what a reconcile reads.
 fn cached_watch<K, C>(
     api: Api<K>,
     config: &watcher::Config,
-    reuse: bool,
+    shortcuts: bool,
     cache: fn(K, Option<&C>) -> C,
 ) -> (
     cache::Cache<C>,
@@ -425,14 +438,39 @@ where
         .map_ok({
             let store = store.clone();
             move |event| {
-                let prior = reuse.then_some(&store);
-                let touched = store.apply(cached_event(event, prior, cache))?;
+                let prior = shortcuts.then_some(&store);
+                let (touched, changed) = store.apply(cached_event(event, prior, cache))?;
+                // An object that reads as it did wakes no reconcile.
+                if shortcuts && !changed {
+                    return None;
+                }
                 cluster_to_reconcile(touched.as_ref())
             }
         })
         .try_filter_map(|trigger| futures::future::ready(Ok(trigger)))
         .filter_map(|r| absorbed(r, "owned objects"));
     (store, stream)
+}
+
+/// What of a cluster, changed, wakes its reconcile: its identity (a
+/// cluster deleted and created again under the same name starts at
+/// generation 1 again), its spec (through its generation), its labels and
+/// annotations, and its deletion. A status write alone (the operator's
+/// own, three in a first start) does not: the reconcile that wrote it has
+/// already seen everything else, and the store still has the new status for
+/// the next one.
+fn wants_a_look(vc: &ValkeyCluster) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let meta = &vc.metadata;
+    let seen = (
+        &meta.uid,
+        meta.generation,
+        &meta.labels,
+        &meta.annotations,
+        meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
+        &meta.finalizers,
+    );
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(seen)
 }
 
 /// A watch's item, with its error logged and dropped. Each watch retries
@@ -492,6 +530,33 @@ mod tests {
         })
     }
     #[test]
+    fn a_cluster_s_status_alone_wakes_no_reconcile() {
+        let vc = |uid: &str, generation: i64, label: &str, ready: i32| -> ValkeyCluster {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "shardgate.io/v1alpha1", "kind": "ValkeyCluster",
+                "metadata": {"name": "c", "namespace": "ns", "uid": uid,
+                    "generation": generation, "labels": {"team": label},
+                    "resourceVersion": ready.to_string()},
+                "spec": {},
+                "status": {"readyShards": ready},
+            }))
+            .unwrap()
+        };
+        let seen = wants_a_look(&vc("u1", 1, "a", 0));
+        // (uid, generation, label, ready shards) => looked at again
+        for (uid, generation, label, ready, look) in [
+            ("u1", 1, "a", 3, false),
+            ("u1", 2, "a", 0, true),
+            ("u1", 1, "b", 0, true),
+            // Deleted and created again under the same name.
+            ("u2", 1, "a", 0, true),
+        ] {
+            let other = wants_a_look(&vc(uid, generation, label, ready));
+            assert_eq!(other != seen, look, "{uid} {generation} {label} {ready}");
+        }
+    }
+
+    #[test]
     fn a_change_triggers_the_controlling_cluster_else_the_labelled_one() {
         let svc = |label, controller| {
             cached::service(
@@ -514,11 +579,11 @@ mod tests {
             ns("a"),
             "label removed: still its controller"
         );
-        let pod: Pod =
+        let pod: WatchedPod =
             serde_json::from_value(labelled_and_controlled(Some("c"), ("StatefulSet", "s")))
                 .unwrap();
         assert_eq!(
-            target(&|| cluster_to_reconcile(&cached::pod(pod.clone(), None))),
+            target(&|| cluster_to_reconcile(&cached::pod(pod.clone()))),
             ns("c")
         );
         assert_eq!(

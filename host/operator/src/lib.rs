@@ -66,10 +66,12 @@ pub struct Options {
     pub recheck: Recheck,
     /// Skip re-serialising desired objects already known, look up the
     /// names of several objects about to be created with one list
-    /// ([`shardgate_k8s::apply::Recent`]), and keep a cached object's
-    /// owned-fields digest when only its status changed. Off only to
-    /// measure what that saves, side by side (`cargo bench -p shardgate
-    /// --bench scale`).
+    /// ([`shardgate_k8s::apply::Recent`]), keep a cached object's
+    /// owned-fields digest when only its status changed, and wake no
+    /// reconcile for a watch event that changes nothing a reconcile reads
+    /// (an owned object whose cache entry reads the same, a cluster whose
+    /// status alone changed). Off only to measure what that saves, side by
+    /// side (`cargo bench -p shardgate --bench scale`).
     pub apply_shortcuts: bool,
 }
 

@@ -99,9 +99,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     wasm_pooling: bool,
     /// Skip re-serialising desired objects already known, look up several
-    /// missing names with one list, and keep a cached object's digest when
-    /// only its status changed. Off only to measure what that saves
-    /// (`cargo bench -p shardgate --bench scale`).
+    /// missing names with one list, keep a cached object's digest when
+    /// only its status changed, and wake no reconcile for a watch event
+    /// that changes nothing a reconcile reads. Off only to measure what
+    /// that saves (`cargo bench -p shardgate --bench scale`).
     #[arg(long, hide = true, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     apply_shortcuts: bool,
     /// Log format.

@@ -19,14 +19,16 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, LoadBalancerIngress, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, LoadBalancerIngress, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
 use kube::api::{DynamicObject, ObjectMeta};
-use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use shardgate_contract::labels;
 
+use super::watched::{Watched, WatchedPod};
 use crate::convert::{Labelled, PodView, ServiceView};
 use crate::crd::ValkeyCluster;
 use crate::manager::APPLIED_HASH;
@@ -35,8 +37,9 @@ use crate::owned_fields;
 /// A Pod's template revision, set by the StatefulSet controller.
 pub const LABEL_REVISION: &str = "controller-revision-hash";
 
-/// A cached object as reconciles and [`crate::apply`] read it.
-pub trait Entry: Labelled + Send + Sync + 'static {
+/// A cached object as reconciles and [`crate::apply`] read it. Two equal
+/// entries read the same to every reconcile.
+pub trait Entry: Labelled + PartialEq + Send + Sync + 'static {
     /// The object's name.
     fn name(&self) -> &str;
     /// The object's namespace.
@@ -58,7 +61,7 @@ pub trait Entry: Labelled + Send + Sync + 'static {
     /// when shardgate has no apply entry on the object.
     fn owned_digest(&self) -> Option<&str>;
     /// The key of shardgate's apply entry that digest was taken from
-    /// ([`owned_fields::take_live_digest_reusing`]).
+    /// ([`owned_fields::digest_of_entry_reusing`]).
     fn owned_key(&self) -> Option<&str>;
     /// The whole object as JSON, if the cache kept it whole: the only way
     /// to find drift on an object that has no owned-fields digest.
@@ -197,7 +200,7 @@ impl Marks {
 /// it, so drift can only be found by comparing it whole). Built from the
 /// decoded object ([`pod`], [`stateful_set`], [`service`], [`config_map`])
 /// and held by [`super::Cache`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Slim<K, S> {
     /// Shared with the cache's keys.
     pub name: Arc<str>,
@@ -208,7 +211,7 @@ pub struct Slim<K, S> {
 }
 
 /// A cached Pod: its marks, owner, IPs and readiness.
-pub type CachedPod = Slim<Pod, PodState>;
+pub type CachedPod = Slim<WatchedPod, PodState>;
 /// A cached StatefulSet: its marks and update revision.
 pub type CachedStatefulSet = Slim<StatefulSet, StatefulSetState>;
 /// A cached Service: its marks, ports and load-balancer ingress.
@@ -267,8 +270,8 @@ impl<K, S> Labelled for Slim<K, S> {
 
 impl<K, S> Entry for Slim<K, S>
 where
-    K: Serialize + Send + Sync + 'static,
-    S: Send + Sync + 'static,
+    K: Serialize + PartialEq + Send + Sync + 'static,
+    S: PartialEq + Send + Sync + 'static,
 {
     fn name(&self) -> &str {
         &self.name
@@ -332,115 +335,171 @@ impl ServiceView for CachedService {
     }
 }
 
-/// `o` as the cache keeps it: `state` picks what is read of its spec and
-/// status. Its managed fields give way to the digest of what shardgate
-/// applied; without that digest, and if `compared` (shardgate applies this
-/// kind), the whole object is kept beside the entry. The digest of `prior`
-/// (the entry `o` replaces) is taken over when the applied hash and
-/// shardgate's apply entry are the same
-/// ([`owned_fields::take_live_digest_reusing`]): a change of status alone
-/// is not digested again.
+/// `o`, decoded as a watch decodes it, as the cache keeps it: `state`
+/// picks what is read of its spec and status. shardgate's apply entry gives
+/// way to the digest of what shardgate applied; without that entry, the
+/// whole object is kept beside the entry (shardgate applies every kind
+/// decoded so). The digest of `prior` (the entry `o` replaces) is taken
+/// over when the applied hash and shardgate's apply entry are the same: a
+/// change of status alone is not digested again, and its spec is not even
+/// parsed ([`owned_fields::digest_of_entry_reusing`]).
 fn slim<K, S>(
-    mut o: K,
+    o: Watched<K>,
     prior: Option<&Slim<K, S>>,
-    compared: bool,
-    keep_uid: bool,
-    state: impl FnOnce(&K) -> Option<S>,
+    state: impl FnOnce(&Watched<K>) -> Option<S>,
 ) -> Slim<K, S>
 where
-    K: Resource + Serialize,
+    K: DeserializeOwned,
 {
-    let prior = prior.filter(|p| {
-        let hash = o
-            .meta()
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(APPLIED_HASH));
-        hash.is_some_and(|h| p.marks.get(Slot::AppliedHash) == Some(h.as_str()))
-    });
-    let owned = owned_fields::take_live_digest_reusing(&mut o, |key| {
-        let marks = &prior?.marks;
-        (marks.get(Slot::OwnedKey) == Some(key))
-            .then(|| marks.get(Slot::OwnedDigest).map(String::from))
-            .flatten()
+    let hash = o
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(APPLIED_HASH));
+    let prior =
+        prior.filter(|p| hash.is_some_and(|h| p.marks.get(Slot::AppliedHash) == Some(h.as_str())));
+    let owned = o.applied.as_ref().and_then(|entry| {
+        owned_fields::digest_of_entry_reusing(
+            entry.time.as_ref().map(|t| t.0.as_second()),
+            entry.fields.get(),
+            |wanted| o.to_json(wanted),
+            |key| {
+                let marks = &prior?.marks;
+                (marks.get(Slot::OwnedKey) == Some(key))
+                    .then(|| marks.get(Slot::OwnedDigest).map(String::from))
+                    .flatten()
+            },
+        )
     });
     let state = state(&o);
-    let keep_whole = compared && owned.is_none();
-    let mut meta = if keep_whole {
-        o.meta().clone()
-    } else {
-        std::mem::take(o.meta_mut())
+    let whole = match owned {
+        Some(_) => None,
+        None => o.object().map(Box::new),
     };
-    let marks = Marks::take(&mut meta, keep_uid, owned);
+    let mut meta = o.metadata;
+    let marks = Marks::take(&mut meta, true, owned);
     Slim {
         name: meta.name.unwrap_or_default().into(),
         namespace: meta.namespace.unwrap_or_default().into(),
         marks,
         state,
-        whole: keep_whole.then(|| Box::new(o)),
+        whole,
     }
 }
 
-/// Each of these turns an object into what the cache keeps, reusing
-/// `prior`'s digest where it still holds (see [`slim`]).
+/// What the cache reads of a Service's spec: its ports.
+#[derive(Deserialize)]
+struct ServiceSpecSeen {
+    #[serde(default)]
+    ports: Option<Vec<PortSeen>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PortSeen {
+    name: Option<String>,
+    node_port: Option<i32>,
+}
+
+/// What the cache reads of a Service's status: its load-balancer ingress.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ServiceStatusSeen {
+    load_balancer: Option<LoadBalancerSeen>,
+}
+
+#[derive(Deserialize)]
+struct LoadBalancerSeen {
+    ingress: Option<Vec<LoadBalancerIngress>>,
+}
+
+/// What the cache reads of a StatefulSet's status.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatefulSetStatusSeen {
+    update_revision: Option<String>,
+    observed_generation: Option<i64>,
+}
+
+/// Each of these turns an object, decoded as its watch decodes it
+/// ([`Watched`]), into what the cache keeps, reusing `prior`'s digest where
+/// it still holds (see [`slim`]).
 ///
 /// A Service as the cache keeps it: its ports' names and NodePorts and its
 /// load-balancer ingress are read for the guest's snapshot.
-pub fn service(svc: Service, prior: Option<&CachedService>) -> CachedService {
-    slim(svc, prior, true, true, |svc| {
+pub fn service(svc: Watched<Service>, prior: Option<&CachedService>) -> CachedService {
+    slim(svc, prior, |svc| {
+        let ports = svc
+            .field::<ServiceSpecSeen>("spec")
+            .and_then(|s| s.ports)
+            .unwrap_or_default();
+        let ingress = svc
+            .field::<ServiceStatusSeen>("status")
+            .and_then(|s| s.load_balancer?.ingress)
+            .unwrap_or_default();
         Some(ServiceState {
-            ports: svc
-                .ports()
-                .map(|(name, node_port)| CachedPort {
-                    name: name.map(Box::from),
-                    node_port,
+            ports: ports
+                .into_iter()
+                .map(|p| CachedPort {
+                    name: p.name.map(Box::from),
+                    node_port: p.node_port,
                 })
                 .collect(),
-            ingress: svc.ingress().to_vec(),
+            ingress,
         })
     })
 }
 
 /// A ConfigMap as the cache keeps it: with a digest, its data is never
 /// read back, only compared.
-pub fn config_map(cm: ConfigMap, prior: Option<&CachedConfigMap>) -> CachedConfigMap {
-    slim(cm, prior, true, true, |_| None)
+pub fn config_map(cm: Watched<ConfigMap>, prior: Option<&CachedConfigMap>) -> CachedConfigMap {
+    slim(cm, prior, |_| None)
 }
 
 /// A PodDisruptionBudget as the cache keeps it: like a ConfigMap, compared
 /// by digest only.
 pub fn disruption_budget(
-    pdb: PodDisruptionBudget,
+    pdb: Watched<PodDisruptionBudget>,
     prior: Option<&CachedDisruptionBudget>,
 ) -> CachedDisruptionBudget {
-    slim(pdb, prior, true, true, |_| None)
+    slim(pdb, prior, |_| None)
 }
 
 /// A Gateway API route as the cache keeps it: like a ConfigMap, compared
 /// by digest only.
-pub fn route(route: DynamicObject, prior: Option<&CachedRoute>) -> CachedRoute {
-    slim(route, prior, true, true, |_| None)
+pub fn route(route: Watched<DynamicObject>, prior: Option<&CachedRoute>) -> CachedRoute {
+    slim(route, prior, |_| None)
 }
 
 /// A Pod as the cache keeps it: of its status the host IP, the pod IP and
 /// readiness. A Pod is never applied, so never compared.
-pub fn pod(pod: Pod, prior: Option<&CachedPod>) -> CachedPod {
-    slim(pod, prior, false, false, |pod| {
-        Some(PodState {
-            host_ip: pod.host_ip().map(Box::from),
-            node_name: pod.node_name().map(Box::from),
-            pod_ip: pod.pod_ip().map(Box::from),
-            ready: pod.ready(),
-        })
-    })
+pub fn pod(pod: WatchedPod) -> CachedPod {
+    let state = PodState {
+        host_ip: pod.host_ip().map(Box::from),
+        node_name: pod.node_name().map(Box::from),
+        pod_ip: pod.pod_ip().map(Box::from),
+        ready: pod.ready(),
+    };
+    let mut meta = pod.metadata;
+    let marks = Marks::take(&mut meta, false, None);
+    Slim {
+        name: meta.name.unwrap_or_default().into(),
+        namespace: meta.namespace.unwrap_or_default().into(),
+        marks,
+        state: Some(state),
+        whole: None,
+    }
 }
 
 /// A StatefulSet as the cache keeps it: its update revision.
-pub fn stateful_set(sts: StatefulSet, prior: Option<&CachedStatefulSet>) -> CachedStatefulSet {
-    slim(sts, prior, true, true, |sts| {
-        let status = sts.status.as_ref()?;
+pub fn stateful_set(
+    sts: Watched<StatefulSet>,
+    prior: Option<&CachedStatefulSet>,
+) -> CachedStatefulSet {
+    slim(sts, prior, |sts| {
+        let status = sts.field::<StatefulSetStatusSeen>("status")?;
         Some(StatefulSetState {
-            update_revision: status.update_revision.as_deref().map(Box::from),
+            update_revision: status.update_revision.map(Box::from),
             observed: status.observed_generation.is_some()
                 && status.observed_generation >= sts.metadata.generation,
         })
@@ -451,6 +510,23 @@ pub fn stateful_set(sts: StatefulSet, prior: Option<&CachedStatefulSet>) -> Cach
 mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::StatefulSetSpec;
+    use k8s_openapi::api::core::v1::Pod;
+
+    // The builders, given whole objects: each decoded as its watch decodes
+    // it first.
+    fn stateful_set(sts: StatefulSet, prior: Option<&CachedStatefulSet>) -> CachedStatefulSet {
+        super::stateful_set(Watched::of(&sts), prior)
+    }
+    fn service(svc: Service, prior: Option<&CachedService>) -> CachedService {
+        super::service(Watched::of(&svc), prior)
+    }
+    fn config_map(cm: ConfigMap, prior: Option<&CachedConfigMap>) -> CachedConfigMap {
+        super::config_map(Watched::of(&cm), prior)
+    }
+    fn pod(p: Pod, _prior: Option<&CachedPod>) -> CachedPod {
+        let json = serde_json::to_string(&p).unwrap();
+        super::pod(serde_json::from_str(&json).unwrap())
+    }
 
     #[test]
     fn slim_entries_are_a_fraction_of_the_k8s_structs() {

@@ -20,6 +20,7 @@ use shardgate_contract::labels;
 use tokio::sync::watch;
 
 pub mod entry;
+pub mod watched;
 
 pub use entry::{
     CachedConfigMap, CachedDisruptionBudget, CachedPod, CachedPort, CachedRoute, CachedService,
@@ -82,6 +83,13 @@ impl<E> Default for Objects<E> {
 impl<E: Entry> Objects<E> {
     fn get(&self, namespace: &str, name: &str) -> Option<&Arc<E>> {
         self.by_name.get(namespace)?.get(name)
+    }
+
+    /// The entry held under `entry`'s name, if it equals `entry`.
+    fn held(&self, entry: &E) -> Option<Arc<E>> {
+        self.get(entry.namespace(), entry.name())
+            .filter(|held| ***held == *entry)
+            .cloned()
     }
 
     fn remove(&mut self, namespace: &str, name: &str) {
@@ -148,21 +156,30 @@ impl<E: Entry> Cache<E> {
     }
 
     /// Follows one watch event, consuming it. Returns the entry it touched
-    /// (applied, deleted or re-listed), to trigger reconciles from.
-    pub fn apply(&self, event: watcher::Event<E>) -> Option<Arc<E>> {
+    /// (applied, deleted or re-listed), to trigger reconciles from, and
+    /// whether it changed anything a reconcile reads: an object that reads
+    /// the same as the entry already cached (only fields no reconcile
+    /// reads changed, such as a StatefulSet's replica counts or a Pod's
+    /// start time) leaves that entry in place.
+    pub fn apply(&self, event: watcher::Event<E>) -> Option<(Arc<E>, bool)> {
         let mut inner = self.inner.write().unwrap();
         match event {
-            watcher::Event::Apply(e) => Some(inner.live.insert(e)),
+            watcher::Event::Apply(e) => Some(match inner.live.held(&e) {
+                Some(held) => (held, false),
+                None => (inner.live.insert(e), true),
+            }),
             watcher::Event::Delete(e) => {
                 inner.live.remove(e.namespace(), e.name());
-                Some(Arc::new(e))
+                Some((Arc::new(e), true))
             }
             watcher::Event::Init => {
                 inner.relist = Some(Objects::default());
                 None
             }
             watcher::Event::InitApply(e) => {
-                Some(inner.relist.get_or_insert_with(Objects::default).insert(e))
+                let changed = inner.live.held(&e).is_none();
+                let entry = inner.relist.get_or_insert_with(Objects::default).insert(e);
+                Some((entry, changed))
             }
             watcher::Event::InitDone => {
                 if let Some(relist) = inner.relist.take() {
@@ -235,7 +252,7 @@ mod tests {
 
     fn svc(namespace: &str, name: &str, cluster: Option<&str>) -> CachedService {
         cached::service(
-            Service {
+            super::watched::Watched::of(&Service {
                 metadata: ObjectMeta {
                     name: Some(name.into()),
                     namespace: Some(namespace.into()),
@@ -243,7 +260,7 @@ mod tests {
                     ..ObjectMeta::default()
                 },
                 ..Service::default()
-            },
+            }),
             None,
         )
     }
@@ -292,8 +309,11 @@ mod tests {
         assert!(names(&cache, "a", "y").is_empty(), "label removed");
         assert!(cache.get("a", "o").is_some());
         cache.apply(Event::Apply(svc("a", "o", Some("y"))));
-        let touched = cache.apply(Event::Delete(svc("a", "o", Some("y"))));
-        assert_eq!(touched.unwrap().name(), "o", "a delete touches the object");
+        let (touched, changed) = cache
+            .apply(Event::Delete(svc("a", "o", Some("y"))))
+            .unwrap();
+        assert_eq!(touched.name(), "o", "a delete touches the object");
+        assert!(changed);
         assert!(names(&cache, "a", "y").is_empty(), "deleted");
         assert!(cache.get("a", "o").is_none());
         // Removed from where it was indexed, whatever its last state says.
@@ -301,6 +321,32 @@ mod tests {
         cache.apply(Event::Delete(svc("a", "p", None)));
         assert!(names(&cache, "a", "x").is_empty(), "deleted unlabelled");
         assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn an_object_that_reads_the_same_changes_nothing() {
+        let cache = Cache::default();
+        let changed = |event| cache.apply(event).map(|(_, changed)| changed);
+        assert_eq!(changed(Event::Apply(svc("a", "o", Some("x")))), Some(true));
+        let held = cache.get("a", "o").unwrap();
+        // The same again (say, only its resourceVersion or a field no
+        // reconcile reads moved on): the entry cached stays.
+        assert_eq!(changed(Event::Apply(svc("a", "o", Some("x")))), Some(false));
+        assert!(std::sync::Arc::ptr_eq(&held, &cache.get("a", "o").unwrap()));
+        assert_eq!(changed(Event::Apply(svc("a", "o", Some("y")))), Some(true));
+        assert_eq!(names(&cache, "a", "y"), ["o"]);
+        // A relist tells what differs from what was held.
+        assert_eq!(changed(Event::Init), None);
+        assert_eq!(
+            changed(Event::InitApply(svc("a", "o", Some("y")))),
+            Some(false)
+        );
+        assert_eq!(
+            changed(Event::InitApply(svc("a", "p", Some("y")))),
+            Some(true)
+        );
+        assert_eq!(changed(Event::InitDone), None);
+        assert_eq!(changed(Event::Delete(svc("a", "o", Some("y")))), Some(true));
     }
 
     #[test]
