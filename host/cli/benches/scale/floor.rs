@@ -1,8 +1,11 @@
 //! The floor under P4's first start: the same HTTP requests and the same
 //! watch events, of the same objects, against a server that does nothing
 //! but what any API server must (parse each request body, serialise each
-//! answer and each watch event once), decoded on the client side into the
-//! same `k8s-openapi` types the operator's watches decode.
+//! answer and each watch event once), decoded on the client side into
+//! `k8s-openapi`'s types: what any client of those types pays. (The
+//! operator's watches decode less since 2026-12-07: only what their caches
+//! keep, `shardgate_k8s::cache::watched`; the floor stays the same
+//! measure, so that part of the operator's gain shows against it.)
 //!
 //! What the floor leaves out is everything either side decides: no
 //! server-side apply merge, managed fields, defaulting, validation or

@@ -1,7 +1,8 @@
 //! The floor under P4's restart: what a new operator on converged state
 //! must at least ask the API server, through HTTP and JSON with no logic on
-//! either side, decoded on the client into the same types the operator
-//! decodes.
+//! either side, decoded on the client into `k8s-openapi`'s types (the
+//! operator's watches decode only what their caches keep, as in
+//! [`super::floor`]).
 //!
 //! The traffic, as the operator's restart makes it (`controller.rs`,
 //! `reconcile/credentials.rs`):
